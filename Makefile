@@ -1,0 +1,38 @@
+# nl2sql — `make demo` sets everything up and runs the demo; `make test` runs the tests.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+DEMO ?= demo
+NL2SQL := $(BIN)/nl2sql -c $(DEMO)/nl2sql.yaml
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test test-fast lint clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev,postgres]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/nl2sql init --demo $(DEMO) --force
+	$(NL2SQL) datasources list
+	$(NL2SQL) sql "SELECT strftime('%Y', InvoiceDate) AS year, ROUND(SUM(Total), 2) AS revenue FROM Invoice GROUP BY year ORDER BY year" --datasource chinook --role analyst
+	$(NL2SQL) sql "SELECT priority, COUNT(*) AS open_tickets FROM tickets WHERE status IN ('open', 'pending') GROUP BY priority ORDER BY open_tickets DESC" --datasource support --role support
+	$(NL2SQL) sql "SELECT utm_campaign, COUNT(*) AS orders, SUM(amount) AS revenue FROM web_orders JOIN sessions USING (session_id) WHERE utm_campaign IS NOT NULL GROUP BY utm_campaign ORDER BY orders DESC LIMIT 3" --datasource webanalytics --role analyst
+	@echo "A viewer may not read invoices; the refusal names nothing:"
+	-$(NL2SQL) sql "SELECT * FROM Invoice" --datasource chinook --role viewer
+
+test: install
+	$(BIN)/python -m pytest -n 2 -q
+
+test-fast: install
+	$(BIN)/python -m pytest -n 2 -q -m "not slow and not prefect and not postgres"
+
+lint: install
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) $(DEMO) .nl2sql .pytest_cache .ruff_cache

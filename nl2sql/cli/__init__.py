@@ -1,0 +1,1 @@
+"""The `nl2sql` command line."""

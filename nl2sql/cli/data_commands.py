@@ -1,0 +1,147 @@
+"""Commands over the data itself: `init --demo`, `datasources list|save-block`, `schema`, `sql`."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from nl2sql.cli.main import app, block_loader, datasources_app
+from nl2sql.errors import ConfigError, ConfigProblem
+
+console = Console(highlight=False)
+
+RoleOption = Annotated[str | None, typer.Option("--role", "-r", help="The asker's role (default: policies.default_role).")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+@app.command("init")
+def init_command(
+    directory: Annotated[Path, typer.Argument(help="Folder to create the project in.")],
+    demo: Annotated[bool, typer.Option("--demo", help="Create the demo project (chinook, support, webanalytics).")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing demo project.")] = False,
+) -> None:
+    """Create a project. With --demo: three local databases, four roles, ready to query."""
+    from nl2sql.demo import init_demo
+
+    if not demo:
+        raise ConfigError(ConfigProblem("", "", "only the demo project can be created so far", "pass --demo"))
+    config = init_demo(directory, force=force)
+    console.print(f"Created the demo project in [bold]{directory}[/]: {config.name} and data/ "
+                  "(chinook.sqlite, support.sqlite, webanalytics.duckdb).")
+    console.print(f"Next: [bold]nl2sql -c {config} sql \"SELECT Name FROM Genre\" --datasource chinook --role viewer[/]")
+
+
+@datasources_app.command("list")
+def datasources_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
+    """List the configured datasources (passwords hidden)."""
+    import sqlalchemy as sa
+
+    config = ctx.obj.config()
+    records = []
+    for ds in config.datasources:
+        where = (f"block:{ds.block}" if ds.block
+                 else sa.make_url(ds.url.get_secret_value()).render_as_string(hide_password=True))
+        records.append({"id": ds.id, "dialect": ds.dialect or "(from block)", "location": where,
+                        "description": ds.description, "sample_questions": len(ds.sample_questions)})
+    if as_json:
+        console.print_json(json.dumps(records))
+        return
+    table = Table("id", "dialect", "location", "description", title="Datasources")
+    for r in records:
+        table.add_row(r["id"], r["dialect"], r["location"], r["description"])
+    console.print(table)
+
+
+@datasources_app.command("save-block")
+def datasources_save_block(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Block name to save under (then `block: NAME` in nl2sql.yaml).")],
+    url_env: Annotated[str, typer.Option("--url-env", help="Environment variable holding the SQLAlchemy URL.")],
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing block.")] = False,
+) -> None:
+    """Save a datasource URL as a Prefect DatasourceBlock, so nl2sql.yaml need not hold the password."""
+    ctx.obj.config()
+    url = os.environ.get(url_env)
+    if not url:
+        raise ConfigError(ConfigProblem("", "--url-env", f"environment variable {url_env} is not set",
+                                        f"export {url_env}=postgresql+psycopg://user:pass@host/db first"))
+    from nl2sql.blocks import save_datasource_block
+
+    save_datasource_block(name, url, overwrite=overwrite)
+    console.print(f"Saved DatasourceBlock '{name}'. Use it with `block: {name}` under a datasource.")
+
+
+@app.command("schema")
+def schema_command(
+    ctx: typer.Context,
+    datasource: Annotated[str, typer.Argument(help="Datasource id.")],
+    role: RoleOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show the tables and columns a role may read in a datasource."""
+    from nl2sql.datasources import DatasourceCatalog
+    from nl2sql.policies import SecurityViolation, scope
+
+    config = ctx.obj.config()
+    config.datasource(datasource)
+    caller = scope(config.policies, role, datasource)
+    if not caller.reachable:
+        raise SecurityViolation(datasource=datasource)
+    with DatasourceCatalog(config, block_loader=block_loader) as catalog:
+        snapshot = catalog.get(datasource).reflect()
+    tables = [t for t in snapshot.tables if caller.allows(t.name, t.schema_name)]
+    for t in tables:  # a key to a table the role may not see would name it
+        t.foreign_keys = [fk for fk in t.foreign_keys if caller.allows(fk.ref_table, fk.ref_schema)]
+    if as_json:
+        console.print_json(json.dumps([t.model_dump(mode="json") for t in tables]))
+        return
+    role_name = role or config.policies.default_role
+    console.print(f"[bold]{datasource}[/] ({snapshot.dialect}) as role [bold]{role_name}[/]: {len(tables)} tables")
+    for t in tables:
+        grid = Table("column", "type", "null", "key", title=f"{t.name}  ({t.row_count if t.row_count is not None else '?'} rows)",
+                     title_justify="left")
+        refs = {c: f"→ {fk.ref_table}.{fk.ref_columns[i]}" for fk in t.foreign_keys for i, c in enumerate(fk.columns)}
+        for c in t.columns:
+            key = " ".join(k for k in ("PK" if c.primary_key else "", refs.get(c.name, "")) if k)
+            grid.add_row(c.name, c.type, "yes" if c.nullable else "", key)
+        console.print(grid)
+
+
+@app.command("sql")
+def sql_command(
+    ctx: typer.Context,
+    statement: Annotated[str, typer.Argument(help="One read-only SELECT statement.")],
+    datasource: Annotated[str, typer.Option("--datasource", "-d", help="Datasource id to run it on.")],
+    role: RoleOption = None,
+    limit: Annotated[int | None, typer.Option("--limit", help="Row limit (default: settings.pipeline.row_limit).")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Run one SELECT on a datasource: guard, scope check for the role, read-only execution."""
+    from nl2sql.datasources import DatasourceCatalog, run_checked_sql
+    from nl2sql.policies import scope
+
+    config = ctx.obj.config()
+    config.datasource(datasource)
+    caller = scope(config.policies, role, datasource)
+    limits = config.settings.pipeline
+    with DatasourceCatalog(config, block_loader=block_loader) as catalog:
+        result = run_checked_sql(catalog.get(datasource), statement, caller,
+                                 row_limit=limit or limits.row_limit, timeout_s=limits.statement_timeout_s)
+    frame = result.frame.astype(object).where(result.frame.notna(), None)
+    if as_json:
+        payload = {"columns": [c.model_dump() for c in result.columns],
+                   "rows": frame.to_dict(orient="records"), "truncated": result.truncated}
+        typer.echo(json.dumps(payload, default=str, indent=2))
+        return
+    table = Table(*[c.name for c in result.columns])
+    for row in frame.itertuples(index=False):
+        table.add_row(*["" if v is None else str(v) for v in row])
+    console.print(table)
+    note = f" (truncated at {len(frame)}; raise --limit for more)" if result.truncated else ""
+    console.print(f"{len(frame)} row{'s' if len(frame) != 1 else ''}{note} in {result.elapsed_ms:.0f} ms")

@@ -1,0 +1,327 @@
+"""Pydantic models of `nl2sql.yaml` and its sections. Unknown keys are errors everywhere."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from nl2sql.errors import did_you_mean
+
+#: The dialects an adapter exists for (the registry may add more through entry points).
+BUILTIN_DIALECTS = ("sqlite", "duckdb", "postgresql")
+#: The pipeline's model-calling nodes, each configurable in `llm.nodes`.
+LLM_NODES = ("resolver", "decomposer", "planner", "refiner", "synthesizer", "eval_seeder")
+#: The six hook points of a question's run.
+HOOK_POINTS = ("run.before", "datasources.after", "plan.after", "execute.before", "execute.after", "answer.after")
+
+ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def config_error(message: str, fix: str | None = None) -> PydanticCustomError:
+    """A validation error whose fix travels to the ConfigError message."""
+    return PydanticCustomError("nl2sql", "{message}", {"message": message, "fix": fix or ""})
+
+
+class Strict(BaseModel):
+    """Base of every config model: unknown keys are errors, values are not coerced silently."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+# --- datasources -------------------------------------------------------------------------------
+
+
+class DatasourceConfig(Strict):
+    """One database the engine may query."""
+
+    id: str = Field(description="Short identifier used in policies, routing and the CLI (lowercase, a-z0-9_).")
+    url: SecretStr | None = Field(
+        default=None, description="SQLAlchemy URL; relative SQLite/DuckDB paths are relative to nl2sql.yaml."
+    )
+    block: str | None = Field(default=None, description="Name of a saved DatasourceBlock holding the URL.")
+    description: str = Field(default="", description="What the database holds, in a sentence or two.")
+    schemas: list[str] | None = Field(default=None, description="Schemas to reflect (default: the default schema).")
+    sample_questions: list[str] = Field(default_factory=list, description="Questions this datasource answers.")
+
+    @field_validator("id")
+    @classmethod
+    def _id_shape(cls, value: str) -> str:
+        if not ID_PATTERN.match(value):
+            raise config_error(
+                f"datasource id {value!r} is not a plain lowercase name",
+                "use lowercase letters, digits and underscores, starting with a letter (e.g. 'sales_dw')",
+            )
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _known_dialect(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        raw = value.get_secret_value()
+        match = re.match(r"^([A-Za-z][A-Za-z0-9_]*)(\+[A-Za-z0-9_]+)?://", raw)
+        if not match:
+            raise config_error(
+                "not a SQLAlchemy URL",
+                "write it as DIALECT://…, e.g. 'sqlite:///data/chinook.sqlite' or "
+                "'postgresql+psycopg://user@host/db'",
+            )
+        dialect = match.group(1).lower()
+        if dialect not in known_dialects():
+            guess = did_you_mean(dialect, known_dialects())
+            fix = f"did you mean '{guess}'?" if guess else f"use one of: {', '.join(known_dialects())}"
+            raise config_error(f"unknown dialect '{dialect}'", fix)
+        return value
+
+    @model_validator(mode="after")
+    def _url_or_block(self) -> DatasourceConfig:
+        if (self.url is None) == (self.block is None):
+            raise config_error(
+                "needs exactly one of 'url' and 'block'",
+                "set 'url: sqlite:///file.sqlite' (or any SQLAlchemy URL), or 'block: NAME' of a saved DatasourceBlock",
+            )
+        return self
+
+    @property
+    def dialect(self) -> str | None:
+        """The URL's dialect name (None when the URL lives in a block)."""
+        if self.url is None:
+            return None
+        return re.split(r"[+:]", self.url.get_secret_value(), maxsplit=1)[0].lower()
+
+
+def known_dialects() -> tuple[str, ...]:
+    """Dialects with an adapter: the built-ins and any registered by plugins."""
+    from nl2sql.datasources.registry import adapter_names
+
+    return tuple(adapter_names())
+
+
+# --- policies ----------------------------------------------------------------------------------
+
+
+def _pattern_shape(pattern: str) -> str:
+    """Check one pattern (per item, so an error's key path names the item: `allow[2]`)."""
+    parts = pattern.split(".")
+    if not pattern.strip() or len(parts) > 3 or any(not p for p in parts):
+        raise config_error(
+            f"pattern {pattern!r} is not 'datasource', 'datasource.table' or 'datasource.schema.table'",
+            "write e.g. 'chinook.*', 'chinook.Invoice*' or 'warehouse.sales.orders' (globs * ? [] allowed)",
+        )
+    return pattern
+
+
+#: A policy pattern: `datasource`, `datasource.table` or `datasource.schema.table`, globs allowed.
+Pattern = Annotated[str, AfterValidator(_pattern_shape)]
+
+
+class RoleConfig(Strict):
+    """What one role may read: glob patterns `datasource`, `datasource.table` or `datasource.schema.table`."""
+
+    description: str = ""
+    allow: list[Pattern] = Field(default_factory=list)
+    deny: list[Pattern] = Field(default_factory=list)
+
+
+class PoliciesConfig(Strict):
+    """Roles and who sees what. Admin roles see everything."""
+
+    roles: dict[str, RoleConfig]
+    default_role: str
+    admin_roles: list[str] = Field(default_factory=lambda: ["admin"])
+
+
+# --- models ------------------------------------------------------------------------------------
+
+
+class ModelConfig(Strict):
+    """One model endpoint."""
+
+    provider: str = Field(description="Provider wire: 'openai' (any OpenAI-compatible server) or 'anthropic'.")
+    model: str
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    block: str | None = Field(default=None, description="Name of a saved LLMBlock holding provider, model and key.")
+    temperature: float | Literal["none"] | None = Field(
+        default=0.0, description="Sampling temperature; 'none' for models that reject the parameter."
+    )
+    structured_output: Literal["json_schema", "json_object", "tools"] | None = None
+    timeout_s: float = Field(default=60.0, gt=0)
+    max_retries: int = Field(default=2, ge=0)
+
+
+class PriceConfig(Strict):
+    """USD per million tokens, overriding the built-in price table for one model."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cached_input: float | None = Field(default=None, ge=0)
+    cache_write: float | None = Field(default=None, ge=0)
+
+
+class LLMConfig(Strict):
+    """Named models, the default one, and per-node overrides."""
+
+    models: dict[str, ModelConfig] = Field(default_factory=dict)
+    default: str | None = Field(default=None, description="Name of the model every node uses unless overridden.")
+    nodes: dict[Literal[LLM_NODES], str] = Field(default_factory=dict)  # type: ignore[valid-type]
+    prices: dict[str, PriceConfig] = Field(default_factory=dict)
+
+
+# --- hooks, observers, evals -------------------------------------------------------------------
+
+
+class HookConfig(Strict):
+    """One hook: a registered hook type, where it runs, and its options."""
+
+    use: str = Field(description="Registered hook name, e.g. 'sql_review' or 'deny_tables'.")
+    name: str | None = None
+    points: list[Literal[HOOK_POINTS]] | None = None  # type: ignore[valid-type]
+    on_error: Literal["closed", "open"] = "closed"
+    approver_roles: list[str] | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class ObserverConfig(Strict):
+    """One observer of the engine's events."""
+
+    use: str = Field(description="Registered observer name: 'log', 'audit', 'otel' or a plugin's.")
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class GateConfig(Strict):
+    """How much regression the eval gate tolerates in mode full."""
+
+    max_regressions: int = Field(default=0, ge=0)
+    alpha: float = Field(default=0.05, gt=0, lt=1)
+
+
+class EvalsConfig(Strict):
+    """Eval suites and the gate."""
+
+    suites: list[str] = Field(default_factory=list)
+    baseline_dir: str = "benchmarks"
+    gate: GateConfig = Field(default_factory=GateConfig)
+
+
+# --- settings and storage ----------------------------------------------------------------------
+
+
+class RoutingSettings(Strict):
+    """How a question is routed across datasources."""
+
+    shortlist: int = Field(default=3, ge=1)
+    floor_ratio: float = Field(default=0.8, ge=0, le=1)
+    vote_k: int = Field(default=20, ge=1)
+    rrf_k: int = Field(default=60, ge=1)
+    max_sub_queries: int = Field(default=3, ge=1)
+
+
+class RetrievalSettings(Strict):
+    """How much schema the planner sees."""
+
+    table_k: int = Field(default=8, ge=1)
+    planning_k: int = Field(default=5, ge=1)
+    wide_table_columns: int = Field(default=12, ge=1)
+    mmr_lambda: float = Field(default=0.7, ge=0, le=1)
+
+
+class ProfileSettings(Strict):
+    """Bounds on column profiling."""
+
+    sample_rows: int = Field(default=100_000, ge=100)
+    max_sample_values: int = Field(default=20, ge=0)
+    low_cardinality: int = Field(default=50, ge=0)
+
+
+class PipelineSettings(Strict):
+    """Limits of one question's run and of each statement."""
+
+    row_limit: int = Field(default=1000, ge=1)
+    preview_rows: int = Field(default=20, ge=1)
+    statement_timeout_s: float = Field(default=30.0, gt=0)
+    timeout_s: float = Field(default=120.0, gt=0)
+    max_retries: int = Field(default=2, ge=0)
+    max_llm_calls: int = Field(default=12, ge=1)
+    max_cost_usd: float | None = Field(default=None, gt=0)
+
+
+class Settings(Strict):
+    """Tunable behaviour, with defaults that suit a small team."""
+
+    routing: RoutingSettings = Field(default_factory=RoutingSettings)
+    retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
+    profile: ProfileSettings = Field(default_factory=ProfileSettings)
+    pipeline: PipelineSettings = Field(default_factory=PipelineSettings)
+
+
+class StorageConfig(Strict):
+    """Where the engine keeps its state (index builds, traces, audit logs, Prefect's home)."""
+
+    state_dir: str = ".nl2sql"
+    keep_builds: int = Field(default=3, ge=1)
+    audit_max_age_days: int = Field(default=30, ge=1)
+
+
+def _default_observers() -> list[ObserverConfig]:
+    return [ObserverConfig(use="log"), ObserverConfig(use="audit")]
+
+
+# --- the whole file ----------------------------------------------------------------------------
+
+
+class Config(Strict):
+    """The whole of `nl2sql.yaml`."""
+
+    version: Literal[1] = 1
+    datasources: Annotated[list[DatasourceConfig], Field(min_length=1)]
+    policies: PoliciesConfig
+    llm: LLMConfig = Field(default_factory=LLMConfig)
+    hooks: list[HookConfig] = Field(default_factory=list)
+    observers: list[ObserverConfig] = Field(default_factory=_default_observers)
+    evals: EvalsConfig = Field(default_factory=EvalsConfig)
+    settings: Settings = Field(default_factory=Settings)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+
+    _path: Path | None = PrivateAttr(default=None)
+
+    @property
+    def path(self) -> Path | None:
+        """The file this configuration was read from (None when built in code)."""
+        return self._path
+
+    @property
+    def base_dir(self) -> Path:
+        """The folder relative paths in the configuration are resolved against."""
+        return self._path.parent if self._path else Path.cwd()
+
+    @property
+    def state_dir(self) -> Path:
+        """The state folder, absolute."""
+        return (self.base_dir / self.storage.state_dir).resolve()
+
+    def datasource(self, datasource_id: str) -> DatasourceConfig:
+        """The datasource with this id, or UnknownNameError with a suggestion."""
+        from nl2sql.errors import UnknownNameError
+
+        for ds in self.datasources:
+            if ds.id == datasource_id:
+                return ds
+        raise UnknownNameError("datasource", datasource_id, [d.id for d in self.datasources])
+
+
+#: Top-level sections that may be written as a path to their own YAML file.
+SECTIONS: dict[str, Any] = {name: field.annotation for name, field in Config.model_fields.items()}

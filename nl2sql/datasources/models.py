@@ -1,0 +1,107 @@
+"""What an adapter returns: a schema snapshot, column profiles, and a statement's rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pandas as pd
+from pydantic import BaseModel, Field
+
+
+class ColumnInfo(BaseModel):
+    """One column as reflected."""
+
+    name: str
+    type: str = Field(description="The database's type name, e.g. 'INTEGER', 'NVARCHAR(40)', 'DECIMAL(10,2)'.")
+    nullable: bool = True
+    primary_key: bool = False
+    comment: str | None = None
+
+
+class ForeignKey(BaseModel):
+    """A declared foreign key from some columns of a table to another table's columns."""
+
+    columns: list[str]
+    ref_table: str
+    ref_columns: list[str]
+    ref_schema: str | None = None
+
+
+class TableInfo(BaseModel):
+    """One table (or view) as reflected."""
+
+    name: str
+    schema_name: str | None = None
+    kind: Literal["table", "view"] = "table"
+    columns: list[ColumnInfo]
+    primary_key: list[str] = Field(default_factory=list)
+    foreign_keys: list[ForeignKey] = Field(default_factory=list)
+    row_count: int | None = None
+    row_count_estimated: bool = False
+    comment: str | None = None
+
+    def column(self, name: str) -> ColumnInfo | None:
+        """The column with this name (exact match first, then case-insensitive)."""
+        for col in self.columns:
+            if col.name == name:
+                return col
+        lowered = name.lower()
+        return next((c for c in self.columns if c.name.lower() == lowered), None)
+
+
+class SchemaSnapshot(BaseModel):
+    """Everything reflected from one datasource at one moment."""
+
+    datasource_id: str
+    dialect: str
+    default_schema: str | None = None
+    tables: list[TableInfo]
+
+    def table(self, name: str, schema: str | None = None) -> TableInfo | None:
+        """The table with this name (exact first, then case-insensitive), optionally in `schema`."""
+        candidates = [t for t in self.tables if schema is None or (t.schema_name or "") == schema]
+        for t in candidates:
+            if t.name == name:
+                return t
+        lowered = name.lower()
+        return next((t for t in candidates if t.name.lower() == lowered), None)
+
+
+class ColumnProfile(BaseModel):
+    """What the data in one column looks like (computed over at most `sampled_rows` rows)."""
+
+    table: str
+    column: str
+    schema_name: str | None = None
+    type: str
+    null_share: float | None = None
+    distinct_count: int | None = None
+    min: str | None = None
+    max: str | None = None
+    sample_values: list[str] = Field(default_factory=list)
+    sampled_rows: int = 0
+
+
+class ColumnMeta(BaseModel):
+    """A result column: its name and the type the driver reported (when it did)."""
+
+    name: str
+    type: str | None = None
+
+
+@dataclass
+class ExecutionResult:
+    """The rows of one statement, at most `row_limit` of them."""
+
+    frame: pd.DataFrame
+    columns: list[ColumnMeta]
+    truncated: bool
+    elapsed_ms: float
+    sql: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def row_count(self) -> int:
+        """Rows returned (after the row limit)."""
+        return len(self.frame)

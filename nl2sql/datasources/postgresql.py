@@ -1,0 +1,96 @@
+"""PostgreSQL: every statement in a READ ONLY transaction, prepared (so one statement only), timed out server-side."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+import sqlalchemy as sa
+
+from nl2sql.datasources.base import Adapter, closing_cursor
+from nl2sql.datasources.models import TableInfo
+from nl2sql.errors import DatasourceError
+
+#: Roles whose members can read or write server files or run programs even in a READ ONLY transaction.
+PRIVILEGED_ROLES = ("pg_write_server_files", "pg_execute_server_program", "pg_read_server_files")
+PRIVILEGE_CHECK = (
+    "SELECT r.rolsuper OR " + " OR ".join(f"pg_has_role(current_user, '{r}', 'MEMBER')" for r in PRIVILEGED_ROLES)
+    + " FROM pg_roles r WHERE r.rolname = current_user"
+)
+
+#: Above this estimated size, row counts come from the planner's statistics instead of COUNT(*).
+ESTIMATE_ABOVE_ROWS = 1_000_000
+
+
+class PostgreSQLAdapter(Adapter):
+    """A PostgreSQL database over psycopg 3, read-only."""
+
+    name = "postgresql"
+    #: A prepared statement cannot hold more than one command.
+    execute_kwargs: ClassVar[dict[str, Any]] = {"prepare": True}
+
+    def create_engine(self) -> sa.Engine:
+        """Sessions default to read-only transactions; psycopg 3 is the driver unless the URL names another."""
+        url = self.url
+        if url.drivername == "postgresql":
+            url = url.set(drivername="postgresql+psycopg")
+        engine = sa.create_engine(
+            url,
+            connect_args={"options": "-c default_transaction_read_only=on", "connect_timeout": 10},
+            pool_pre_ping=True,
+        )
+        sa.event.listen(engine, "connect", self._refuse_privileged_role)
+        return engine
+
+    def _refuse_privileged_role(self, dbapi: Any, _record: Any) -> None:
+        """A superuser can COPY to files and programs inside a READ ONLY transaction: refuse such roles."""
+        with closing_cursor(dbapi) as cursor:
+            cursor.execute(PRIVILEGE_CHECK)
+            privileged = bool(cursor.fetchone()[0])
+        dbapi.rollback()
+        if privileged:
+            dbapi.close()
+            raise DatasourceError(
+                f"Datasource '{self.datasource_id}' connects as a superuser (or a role that can touch server "
+                "files or run programs), which read-only transactions do not contain.",
+                fix="Connect as a role that can only SELECT, e.g. CREATE ROLE nl2sql_reader LOGIN; "
+                "GRANT USAGE ON SCHEMA public TO nl2sql_reader; GRANT SELECT ON ALL TABLES IN SCHEMA public "
+                "TO nl2sql_reader.",
+                datasource=self.datasource_id,
+            )
+
+    @contextmanager
+    def _statement(self, dbapi: Any, timeout_s: float) -> Iterator[Any]:
+        with closing_cursor(dbapi) as cursor:
+            cursor.execute("BEGIN READ ONLY")
+            # A query takes the transaction's snapshot, after which it can no longer be made read-write.
+            cursor.execute("SELECT set_config('statement_timeout', %s, true)", (str(int(timeout_s * 1000)),))
+            try:
+                yield cursor
+            finally:
+                dbapi.rollback()
+
+    def is_timeout(self, exc: BaseException) -> bool:
+        """PostgreSQL cancels on statement_timeout with SQLSTATE 57014."""
+        return getattr(getattr(exc, "orig", exc), "sqlstate", None) == "57014"
+
+    def type_name(self, type_code: Any) -> str | None:
+        """psycopg reports type OIDs: name them from its type registry."""
+        try:
+            import psycopg
+
+            info = psycopg.adapters.types.get(type_code)
+        except Exception:
+            return None
+        return info.name if info else None
+
+    def _row_count(self, conn: sa.Connection, table: TableInfo) -> tuple[int | None, bool]:
+        estimate = conn.exec_driver_sql(
+            "SELECT c.reltuples::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.relname = %(name)s AND n.nspname = COALESCE(%(schema)s, current_schema())",
+            {"name": table.name, "schema": table.schema_name},
+        ).scalar()
+        if estimate is not None and estimate > ESTIMATE_ABOVE_ROWS:
+            return int(estimate), True
+        return super()._row_count(conn, table)

@@ -1,0 +1,49 @@
+"""Fixtures shared by every test: the demo project (built once per session) and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nl2sql.config import Config, load_config
+from nl2sql.demo import CHINOOK, init_demo
+from nl2sql.runtime import prepare_prefect_env
+
+# Before anything imports Prefect: its home inside the repository's (ignored) state folder, no telemetry.
+prepare_prefect_env(Path(__file__).resolve().parent.parent / ".nl2sql" / "tests")
+
+
+@pytest.fixture(scope="session")
+def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A demo project written once per test session (treat it as read-only)."""
+    target = tmp_path_factory.mktemp("demo")
+    init_demo(target)
+    return target
+
+
+@pytest.fixture(scope="session")
+def demo_config(demo_dir: Path) -> Config:
+    """The demo project's configuration."""
+    return load_config(demo_dir / "nl2sql.yaml")
+
+
+@pytest.fixture(scope="session")
+def chinook_path() -> Path:
+    """The vendored Chinook database (read it, never write it)."""
+    return CHINOOK
+
+
+@pytest.fixture(scope="session")
+def postgres_chinook_url() -> Iterator[str]:
+    """A scratch PostgreSQL database holding a copy of Chinook (skips, saying why, without a server)."""
+    from tests.support.postgres import copy_sqlite_database, scratch_database, server_available
+
+    reason = server_available()
+    if reason:
+        pytest.skip(reason)
+    with scratch_database("nl2sql_chinook") as db:
+        copy_sqlite_database(CHINOOK, db.admin_url)
+        db.grant_read()
+        yield db.reader_url

@@ -1,0 +1,119 @@
+"""The adapters against real databases: reflect, profile, execute with a row limit and a timeout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nl2sql.datasources import Adapter, adapter_class
+from nl2sql.errors import DatasourceError, QueryTimeout, SQLRejected, UnknownNameError
+
+#: A statement that runs for a long time on each engine (for the timeout tests).
+ENDLESS = {
+    "sqlite": "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT COUNT(*) FROM c",
+    "duckdb": "SELECT COUNT(*) FROM range(100000000000) a",
+    "postgresql": "SELECT COUNT(*) FROM generate_series(1, 10000000000)",
+}
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def chinook(request: pytest.FixtureRequest, chinook_path: Path) -> Adapter:
+    """Chinook behind the SQLite adapter and (copied) behind the PostgreSQL one."""
+    if request.param == "sqlite":
+        adapter = adapter_class("sqlite")("chinook", f"sqlite:///{chinook_path}")
+    else:
+        adapter = adapter_class("postgresql")("chinook", request.getfixturevalue("postgres_chinook_url"))
+    yield adapter
+    adapter.close()
+
+
+@pytest.fixture
+def webanalytics(demo_dir: Path) -> Adapter:
+    adapter = adapter_class("duckdb")("webanalytics", "duckdb:///data/webanalytics.duckdb", base_dir=demo_dir)
+    yield adapter
+    adapter.close()
+
+
+def test_reflect_chinook(chinook: Adapter) -> None:
+    snapshot = chinook.reflect()
+    counts = {t.name: t.row_count for t in snapshot.tables}
+    assert counts == {
+        "Album": 347, "Artist": 275, "Customer": 59, "Employee": 8, "Genre": 25, "Invoice": 412,
+        "InvoiceLine": 2240, "MediaType": 5, "Playlist": 18, "PlaylistTrack": 8715, "Track": 3503,
+    }
+    track = snapshot.table("Track")
+    assert track is not None and track.primary_key == ["TrackId"]
+    assert [c.name for c in track.columns][:3] == ["TrackId", "Name", "AlbumId"]
+    assert {fk.ref_table for fk in track.foreign_keys} == {"Album", "Genre", "MediaType"}
+    assert not track.column("Name").nullable and track.column("Composer").nullable
+    assert snapshot.table("track") is track  # case-insensitive lookup keeps the reflected case
+
+
+def test_reflect_duckdb_keys_and_types(webanalytics: Adapter) -> None:
+    snapshot = webanalytics.reflect()
+    assert {t.name for t in snapshot.tables} == {"campaigns", "visitors", "sessions", "page_views", "web_orders"}
+    orders = snapshot.table("web_orders")
+    assert orders.primary_key == ["order_id"]
+    assert orders.column("amount").type == "DECIMAL(10,2)"
+    assert [(fk.columns, fk.ref_table) for fk in orders.foreign_keys] == [(["session_id"], "sessions")]
+    assert all(t.row_count and t.row_count > 0 for t in snapshot.tables)
+
+
+def test_profile_values_and_bounds(chinook: Adapter) -> None:
+    snapshot = chinook.reflect()
+    profiles = {(p.table, p.column): p for p in chinook.profile(snapshot, tables=["Customer", "Track"])}
+    company = profiles[("Customer", "Company")]
+    assert company.null_share == pytest.approx(49 / 59)
+    country = profiles[("Customer", "Country")]
+    assert country.distinct_count == 24 and country.sample_values[0] == "USA"
+    assert profiles[("Track", "Milliseconds")].sample_values == []  # numbers get no sample values
+    bounded = chinook.profile(snapshot, tables=["Track"], sample_rows=500)
+    assert {p.sampled_rows for p in bounded} == {500}
+
+
+def test_execute_row_limit_and_metadata(chinook: Adapter) -> None:
+    sql = 'SELECT "Name", "Milliseconds" FROM "Track" ORDER BY "TrackId"'
+    result = chinook.execute(sql, row_limit=10)
+    assert result.truncated and result.row_count == 10
+    assert [c.name for c in result.columns] == ["Name", "Milliseconds"]
+    assert result.frame.iloc[0]["Name"] == "For Those About To Rock (We Salute You)"
+    exact = chinook.execute('SELECT COUNT(*) AS n FROM "Genre"', row_limit=10)
+    assert not exact.truncated and int(exact.frame.iloc[0]["n"]) == 25
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "duckdb", "postgresql"])
+def test_timeout_cancels(dialect: str, request: pytest.FixtureRequest, chinook_path: Path, demo_dir: Path) -> None:
+    if dialect == "sqlite":
+        adapter = adapter_class("sqlite")("x", f"sqlite:///{chinook_path}")
+    elif dialect == "duckdb":
+        adapter = adapter_class("duckdb")("x", "duckdb:///data/webanalytics.duckdb", base_dir=demo_dir)
+    else:
+        adapter = adapter_class("postgresql")("x", request.getfixturevalue("postgres_chinook_url"))
+    with pytest.raises(QueryTimeout, match=r"ran longer than 0\.3 s"):
+        adapter.execute(ENDLESS[dialect], timeout_s=0.3)
+    assert adapter.execute("SELECT 1 AS one", timeout_s=5).frame.iloc[0, 0] == 1  # the connection still works
+    adapter.close()
+
+
+def test_database_error_is_datasource_error(chinook: Adapter) -> None:
+    with pytest.raises(DatasourceError, match="datasource 'chinook'") as info:
+        chinook.execute('SELECT Amount FROM "Invoice"')
+    assert info.value.code == "DATASOURCE_ERROR"
+
+
+def test_execute_runs_the_guard(chinook: Adapter) -> None:
+    with pytest.raises(SQLRejected):
+        chinook.execute('DELETE FROM "Invoice"')
+
+
+def test_unknown_adapter_suggests() -> None:
+    with pytest.raises(UnknownNameError, match="Did you mean 'postgresql'"):
+        adapter_class("postgress")
+
+
+def test_missing_file_is_clear(tmp_path: Path) -> None:
+    adapter = adapter_class("sqlite")("x", "sqlite:///nope.sqlite", base_dir=tmp_path)
+    with pytest.raises(DatasourceError, match="Database file not found"):
+        adapter.execute("SELECT 1")
+    assert not (tmp_path / "nope.sqlite").exists()  # read-only open never creates a file
