@@ -6,7 +6,7 @@ DEMO ?= demo
 NL2SQL := $(BIN)/nl2sql -c $(DEMO)/nl2sql.yaml
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast lint clean
+.PHONY: install demo test test-slow test-fast lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,7 +26,10 @@ demo: install
 	-$(NL2SQL) sql "SELECT * FROM Invoice" --datasource chinook --role viewer
 
 test: install
-	$(BIN)/python -m pytest -n 2 -q
+	$(BIN)/python -m pytest -n 2 -q -m "not slow"
+
+test-slow: install
+	$(BIN)/python -m pytest -n 2 -q -m slow
 
 test-fast: install
 	$(BIN)/python -m pytest -n 2 -q -m "not slow and not prefect and not postgres"

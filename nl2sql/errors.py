@@ -47,7 +47,9 @@ class NL2SQLError(Exception):
         self.datasource = datasource
 
     def __str__(self) -> str:
-        return self.message if not self.fix else f"{self.message} {self.fix}"
+        if not self.fix:
+            return self.message
+        return f"{self.message}\n{self.fix}" if "\n" in self.message else f"{self.message} {self.fix}"
 
     def to_dict(self) -> dict[str, str | None]:
         """The error as a plain record for results, traces and `--json` output."""

@@ -36,6 +36,16 @@ def chinook_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def duckdb_chinook_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Chinook copied into a DuckDB file once per session (datetimes as TIMESTAMP)."""
+    from tests.support.chinook_copies import copy_sqlite_to_duckdb
+
+    target = tmp_path_factory.mktemp("duckdb") / "chinook.duckdb"
+    copy_sqlite_to_duckdb(CHINOOK, target)
+    return target
+
+
+@pytest.fixture(scope="session")
 def postgres_chinook_url() -> Iterator[str]:
     """A scratch PostgreSQL database holding a copy of Chinook (skips, saying why, without a server)."""
     from tests.support.postgres import copy_sqlite_database, scratch_database, server_available

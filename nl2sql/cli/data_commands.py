@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from nl2sql.cli.main import app, block_loader, datasources_app
+from nl2sql.datasources.models import ExecutionResult
 from nl2sql.errors import ConfigError, ConfigProblem
 
 console = Console(highlight=False)
@@ -133,12 +134,18 @@ def sql_command(
     with DatasourceCatalog(config, block_loader=block_loader) as catalog:
         result = run_checked_sql(catalog.get(datasource), statement, caller,
                                  row_limit=limit or limits.row_limit, timeout_s=limits.statement_timeout_s)
-    frame = result.frame.astype(object).where(result.frame.notna(), None)
     if as_json:
+        frame = result.frame.astype(object).where(result.frame.notna(), None)
         payload = {"columns": [c.model_dump() for c in result.columns],
                    "rows": frame.to_dict(orient="records"), "truncated": result.truncated}
         typer.echo(json.dumps(payload, default=str, indent=2))
         return
+    print_rows(result)
+
+
+def print_rows(result: ExecutionResult) -> None:
+    """Rows as a table, then the count (and whether the row limit cut them)."""
+    frame = result.frame.astype(object).where(result.frame.notna(), None)
     table = Table(*[c.name for c in result.columns])
     for row in frame.itertuples(index=False):
         table.add_row(*["" if v is None else str(v) for v in row])

@@ -67,7 +67,7 @@ def block_loader(name: str) -> str:
 
 def register_commands() -> None:
     """Attach the command modules (kept in their own files, one concern each)."""
-    from nl2sql.cli import data_commands  # noqa: F401  (registers on import)
+    from nl2sql.cli import data_commands, plan_commands  # noqa: F401  (register on import)
 
 
 def main(argv: list[str] | None = None) -> None:

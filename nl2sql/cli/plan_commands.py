@@ -1,0 +1,85 @@
+"""`nl2sql plan render|run`: for people writing gold plans."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nl2sql.cli.data_commands import JsonOption, RoleOption, console, print_rows
+from nl2sql.cli.main import app, block_loader
+
+plan_app = typer.Typer(help="Typed query plans: render them as SQL, run them.", no_args_is_help=True)
+app.add_typer(plan_app, name="plan")
+
+PlanFile = Annotated[Path, typer.Argument(help="A plan as JSON or YAML (bare, or under a 'plan' key).")]
+
+
+@plan_app.command("render")
+def plan_render(
+    ctx: typer.Context,
+    file: PlanFile,
+    dialect: Annotated[str, typer.Option("--dialect", help="sqlite, duckdb, postgres, mysql, snowflake or bigquery.")] = "sqlite",
+    datasource: Annotated[str | None, typer.Option("--datasource", "-d", help="Validate against this datasource first.")] = None,
+    role: RoleOption = None,
+) -> None:
+    """Print the SQL a plan generates (validated against a datasource when one is named)."""
+    from nl2sql.plan import generate_sql
+    from nl2sql.plan.io import load_plan_file
+
+    plan = load_plan_file(file)
+    schemas = None
+    if datasource:
+        validated = _validated(ctx, plan, datasource, role)
+        plan, schemas = validated.plan, validated.schemas
+    typer.echo(generate_sql(plan, dialect, schemas=schemas, pretty=True))
+
+
+@plan_app.command("run")
+def plan_run(
+    ctx: typer.Context,
+    file: PlanFile,
+    datasource: Annotated[str, typer.Option("--datasource", "-d", help="Datasource id to run it on.")],
+    role: RoleOption = None,
+    limit: Annotated[int | None, typer.Option("--limit", help="Row limit (default: settings.pipeline.row_limit).")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Validate a plan for a role, generate its SQL for the datasource, and run it read-only."""
+    from nl2sql.datasources import DatasourceCatalog, run_checked_sql
+    from nl2sql.plan import generate_sql
+    from nl2sql.plan.io import load_plan_file
+    from nl2sql.policies import scope
+
+    plan = load_plan_file(file)
+    config = ctx.obj.config()
+    with DatasourceCatalog(config, block_loader=block_loader) as catalog:
+        adapter = catalog.get(datasource)
+        validated = _validated(ctx, plan, datasource, role, adapter=adapter)
+        sql = generate_sql(validated.plan, adapter.dialect, schemas=validated.schemas)
+        limits = config.settings.pipeline
+        result = run_checked_sql(adapter, sql, scope(config.policies, role, datasource),
+                                 row_limit=limit or limits.row_limit, timeout_s=limits.statement_timeout_s)
+    if as_json:
+        frame = result.frame.astype(object).where(result.frame.notna(), None)
+        typer.echo(json.dumps({"sql": sql, "rows": frame.to_dict(orient="records"), "truncated": result.truncated},
+                              default=str, indent=2))
+        return
+    console.print(f"[dim]{sql}[/]")
+    print_rows(result)
+
+
+def _validated(ctx: typer.Context, plan, datasource: str, role: str | None, adapter=None):
+    from nl2sql.datasources import DatasourceCatalog
+    from nl2sql.plan import validate_plan
+    from nl2sql.policies import scope
+
+    config = ctx.obj.config()
+    caller = scope(config.policies, role, datasource)
+    if adapter is None:
+        with DatasourceCatalog(config, block_loader=block_loader) as catalog:
+            snapshot = catalog.get(datasource).reflect()
+    else:
+        snapshot = adapter.reflect()
+    return validate_plan(plan, snapshot, caller)

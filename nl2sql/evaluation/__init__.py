@@ -1,0 +1,1 @@
+"""Evaluation: comparing result rows, suites, scorers, reports and the gate."""

@@ -1,0 +1,1 @@
+"""Models: provider wires, structured output, usage, prices and budgets. No Prefect here."""

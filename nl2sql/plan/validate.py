@@ -1,0 +1,534 @@
+"""The plan validator: every name exists, every table is in the caller's scope, and the plan can be built.
+
+Scope comes first: a plan that reads a table the caller may not see is refused with the generic
+sentence before anything else is looked at, so no message ever names such a table. Then every
+table, alias and column is resolved against the schema snapshot (names come back in their
+reflected case, unqualified columns get their table), join keys are checked for type
+compatibility with the rules of `join_keys`, and aggregates, GROUP BY, windows and sub-plans are
+checked for buildability. Each problem has a code and a message a model can act on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from nl2sql.datasources.guard import sqlglot_dialect
+from nl2sql.datasources.models import SchemaSnapshot, TableInfo
+from nl2sql.errors import NL2SQLError, SecurityViolation, did_you_mean
+from nl2sql.plan import model as m
+from nl2sql.plan.join_keys import Dtype, category, coercible, describe, dtype_of
+from nl2sql.policies import Scope
+
+MAX_LISTED_COLUMNS = 40
+FUNCTION_ARITY = {"round": (1, 2), "coalesce": (2, 99), "abs": (1, 1), "lower": (1, 1), "upper": (1, 1),
+                  "length": (1, 1), "nullif": (2, 2), "concat": (2, 99)}
+RANKING = ("row_number", "rank", "dense_rank")
+
+
+@dataclass(frozen=True)
+class PlanIssue:
+    """One problem in a plan: a code, a message a model can act on, and where it is."""
+
+    code: str
+    message: str
+    path: str
+
+    def __str__(self) -> str:
+        return f"[{self.code}] {self.message} (at {self.path})"
+
+
+class PlanValidationError(NL2SQLError):
+    """A plan that cannot be turned into a correct statement; `issues` lists every problem found."""
+
+    code = "PLAN_INVALID"
+
+    def __init__(self, issues: list[PlanIssue]) -> None:
+        self.issues = issues
+        head = "The plan has 1 problem:" if len(issues) == 1 else f"The plan has {len(issues)} problems:"
+        super().__init__(head + "\n" + "\n".join(f"- {i}" for i in issues), node="validator")
+
+    @property
+    def codes(self) -> list[str]:
+        """The issue codes, in order."""
+        return [i.code for i in self.issues]
+
+
+@dataclass
+class ValidatedPlan:
+    """A plan whose names are resolved (reflected case, qualified columns), with the tables it reads."""
+
+    plan: m.PlanModel
+    tables: list[TableInfo]
+    schemas: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Frame:
+    """The tables (by alias or name, lower-cased) and output aliases visible in one plan."""
+
+    tables: dict[str, tuple[m.TableRef, TableInfo | None]] = field(default_factory=dict)
+    select_aliases: set[str] = field(default_factory=set)
+    parent: Frame | None = None
+
+    def lookup(self, name: str) -> tuple[m.TableRef, TableInfo | None] | None:
+        frame: Frame | None = self
+        while frame is not None:
+            if name.lower() in frame.tables:
+                return frame.tables[name.lower()]
+            frame = frame.parent
+        return None
+
+    def has_unknown_table(self) -> bool:
+        """Whether a table visible here (in this plan or an outer one) could not be resolved."""
+        frame: Frame | None = self
+        while frame is not None:
+            if any(info is None for _, info in frame.tables.values()):
+                return True
+            frame = frame.parent
+        return False
+
+    def in_scope(self) -> list[str]:
+        names, frame = [], self
+        while frame is not None:
+            names += [ref.name_in_scope for ref, _ in frame.tables.values()]
+            frame = frame.parent
+        return names
+
+
+def iter_plans(plan: m.PlanModel) -> Iterator[m.PlanModel]:
+    """The plan and every sub-plan inside it, outermost first."""
+    yield plan
+    for node in _children(plan):
+        yield from _sub_plans(node)
+
+
+def _children(node: m.Node) -> Iterator[m.Node]:
+    for name in type(node).model_fields:
+        value = getattr(node, name)
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, m.Node):
+                yield item
+
+
+def _sub_plans(node: m.Node) -> Iterator[m.PlanModel]:
+    if isinstance(node, m.PlanModel):
+        yield from iter_plans(node)
+        return
+    for child in _children(node):
+        yield from _sub_plans(child)
+
+
+def _contains(node: m.Node, kinds: tuple[type, ...], *, into_subplans: bool = False) -> bool:
+    if isinstance(node, kinds):
+        return True
+    if isinstance(node, m.PlanModel) and not into_subplans:
+        return False
+    return any(_contains(c, kinds, into_subplans=into_subplans) for c in _children(node))
+
+
+def _column_refs(node: m.Node, grouped_keys: frozenset[str] = frozenset()) -> Iterator[m.ColumnRef]:
+    """Column references outside aggregates, sub-plans and grouped expressions (windows are looked into:
+    their arguments are computed after grouping)."""
+    if grouped_keys and _key(node) in grouped_keys:
+        return
+    if isinstance(node, m.ColumnRef):
+        yield node
+    elif not isinstance(node, m.Aggregate | m.PlanModel):
+        for child in _children(node):
+            yield from _column_refs(child, grouped_keys)
+
+
+def _listed(names: list[str] | dict[str, str]) -> str:
+    names = list(names)
+    return ", ".join(names[:MAX_LISTED_COLUMNS]) + (", …" if len(names) > MAX_LISTED_COLUMNS else "")
+
+
+def _no_such_column(info: TableInfo, column: str) -> str:
+    names = [c.name for c in info.columns]
+    guess = did_you_mean(column, names)
+    hint = f" Did you mean {guess}?" if guess else ""
+    return f"{info.name} has no column {column}.{hint} Columns: {_listed(names)}."
+
+
+def looks_like_date(text: str) -> bool:
+    """Whether a literal reads as an ISO date or timestamp."""
+    return bool(re.match(r"^\d{4}-\d{2}-\d{2}([ T]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?$", text.strip()))
+
+
+def looks_like_number(text: str) -> bool:
+    """Whether a literal reads as a number."""
+    return bool(re.match(r"^[+-]?(\d+(\.\d*)?|\.\d+)$", text.strip()))
+
+
+def _describe_node(node: m.Node) -> str:
+    if isinstance(node, m.ColumnRef):
+        return f"{node.table}.{node.column}" if node.table else node.column
+    if isinstance(node, m.Value):
+        return repr(node.value)
+    return f"the {node.kind} expression"
+
+
+def literal_dtype(value: object) -> Dtype | None:
+    """The dtype of a literal value (None for NULL, which fits anywhere)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "float"
+    return "text"
+
+
+def _key(node: m.Node) -> str:
+    return json.dumps(node.model_dump(mode="json"), sort_keys=True)
+
+
+class PlanValidator:
+    """Validates one plan (and its sub-plans) against a snapshot and a scope."""
+
+    def __init__(self, snapshot: SchemaSnapshot, scope: Scope) -> None:
+        self.snapshot = snapshot
+        self.scope = scope
+        self.allowed = [t for t in snapshot.tables if scope.allows(t.name, t.schema_name)]
+        self.issues: list[PlanIssue] = []
+        self.read: dict[str, TableInfo] = {}
+
+    def issue(self, code: str, message: str, path: str) -> None:
+        """Record one problem."""
+        self.issues.append(PlanIssue(code, message, path))
+
+    # --- tables --------------------------------------------------------------------------------
+
+    def check_scope(self, plan: m.PlanModel) -> None:
+        """Refuse (generically) a plan that reads any table the caller may not see."""
+        if not self.scope.reachable:
+            raise SecurityViolation(datasource=self.scope.datasource, node="validator")
+        for sub in iter_plans(plan):
+            for ref in sub.tables():
+                info = self.snapshot.table(ref.table)
+                allowed = self.scope.allows(info.name, info.schema_name) if info else self.scope.allows(ref.table)
+                if not allowed:
+                    raise SecurityViolation(datasource=self.scope.datasource, node="validator")
+
+    def resolve_table(self, ref: m.TableRef, path: str) -> TableInfo | None:
+        """The table a reference names (its name set to the reflected case), or None with an issue."""
+        info = self.snapshot.table(ref.table)
+        if info is None or info not in self.allowed:
+            names = [t.name for t in self.allowed]
+            guess = did_you_mean(ref.table, names)
+            hint = f" Did you mean {guess}?" if guess else ""
+            self.issue("UNKNOWN_TABLE", f"There is no table {ref.table}.{hint} Tables: {', '.join(names)}.", path)
+            return None
+        ref.table = info.name
+        self.read[info.name] = info
+        return info
+
+    # --- plans ---------------------------------------------------------------------------------
+
+    def plan(self, plan: m.PlanModel, path: str, parent: Frame | None = None) -> Frame:
+        """Validate one plan in the scope of `parent` (for correlated references)."""
+        frame = Frame(parent=parent)
+        self._add_table(frame, plan.from_, f"{path}.from")
+        for j, join in enumerate(plan.joins):
+            if self._add_table(frame, join.table, f"{path}.joins[{j}].table"):
+                self._join(join, frame, f"{path}.joins[{j}]")
+        if not plan.select:
+            self.issue("EMPTY_SELECT", "The plan selects nothing. Add at least one select item.", f"{path}.select")
+        for i, item in enumerate(plan.select):
+            self.expr(item.expr, frame, "select", f"{path}.select[{i}]")
+        frame.select_aliases = {item.alias.lower() for item in plan.select if item.alias}
+        if plan.where is not None:
+            self.condition(plan.where, frame, "where", f"{path}.where")
+        for i, expr in enumerate(plan.group_by):
+            self.expr(expr, frame, "group_by", f"{path}.group_by[{i}]")
+            self._not_constant(expr, "group_by", f"{path}.group_by[{i}]")
+        if plan.having is not None:
+            self.condition(plan.having, frame, "having", f"{path}.having")
+        for i, item in enumerate(plan.order_by):
+            self.expr(item.expr, frame, "order_by", f"{path}.order_by[{i}]")
+            self._not_constant(item.expr, "order_by", f"{path}.order_by[{i}]")
+        for name in ("limit", "offset"):
+            value = getattr(plan, name)
+            if value is not None and value < 0:
+                self.issue("BAD_LIMIT", f"{name} must be 0 or more, not {value}.", f"{path}.{name}")
+        self._grouping(plan, frame, path)
+        return frame
+
+    def _not_constant(self, expr: m.ExprNode, clause: str, path: str) -> None:
+        if isinstance(expr, m.Value):
+            self.issue("CONSTANT_KEY", f"A constant in {clause} is read as a column position or does nothing. "
+                       f"Put a column or an expression (or a select alias) in {clause}.", path)
+
+    def _add_table(self, frame: Frame, ref: m.TableRef, path: str) -> bool:
+        """Bring a table into scope; False (and the first use kept) when its alias is taken."""
+        info = self.resolve_table(ref, path)
+        key = ref.name_in_scope.lower()
+        if key in frame.tables:
+            self.issue("DUPLICATE_ALIAS", f"{ref.name_in_scope} is used twice in this plan. Give each use of a "
+                       "table its own alias (self-joins need aliases).", path)
+            return False
+        frame.tables[key] = (ref, info)
+        return True
+
+    def _join(self, join: m.Join, frame: Frame, path: str) -> None:
+        if not join.on:
+            self.issue("JOIN_WITHOUT_KEYS", f"The join to {join.table.name_in_scope} has no keys. Add at least one "
+                       "pair of columns to compare.", f"{path}.on")
+        joined = join.table.name_in_scope.lower()
+        for k, key in enumerate(join.on):
+            left = self.column(key.left, frame, "join", f"{path}.on[{k}].left")
+            right = self.column(key.right, frame, "join", f"{path}.on[{k}].right")
+            sides = {(k.table or "").lower() for k in (key.left, key.right)}
+            if any(k.table is None or frame.lookup(k.table) is None for k in (key.left, key.right)):
+                continue  # an unresolved side is already reported
+            if joined not in sides or len(sides) < 2:
+                self.issue("JOIN_NOT_CONNECTED", f"The join to {join.table.name_in_scope} must compare a column of "
+                           f"{join.table.name_in_scope} with a column of a table joined before it.", f"{path}.on[{k}]")
+            if left and right and not coercible(left, right, parse_text=False):
+                self.issue(
+                    "JOIN_KEY_TYPE_MISMATCH",
+                    f"{key.left.table}.{key.left.column} is {describe(left)} but {key.right.table}.{key.right.column} "
+                    f"is {describe(right)}: they cannot be compared. Join on columns that hold the same kind of "
+                    "value (usually a foreign key and the key it references).",
+                    f"{path}.on[{k}]",
+                )
+
+    # --- expressions ---------------------------------------------------------------------------
+
+    def column(self, ref: m.ColumnRef, frame: Frame, clause: str, path: str) -> Dtype | None:
+        """Resolve a column reference in place; its dtype, or None when unknown."""
+        if ref.table is None:
+            return self._unqualified(ref, frame, clause, path)
+        found = frame.lookup(ref.table)
+        if found is None:
+            self.issue("UNKNOWN_ALIAS", f"No table or alias {ref.table} is in scope here. In scope: "
+                       f"{', '.join(frame.in_scope()) or '(none)'}.", path)
+            return None
+        table_ref, info = found
+        ref.table = table_ref.name_in_scope
+        if info is None:
+            return None
+        col = info.column(ref.column)
+        if col is None:
+            self.issue("UNKNOWN_COLUMN", _no_such_column(info, ref.column), path)
+            return None
+        ref.column = col.name
+        return dtype_of(col.type, sqlglot_dialect(self.snapshot.dialect))
+
+    def _unqualified(self, ref: m.ColumnRef, frame: Frame, clause: str, path: str) -> Dtype | None:
+        if clause in ("order_by", "having") and ref.column.lower() in frame.select_aliases:
+            return "other"  # an output alias
+        holders = [(r, i) for r, i in frame.tables.values() if i is not None and i.column(ref.column)]
+        if len(holders) == 1:
+            ref.table = holders[0][0].name_in_scope
+            return self.column(ref, frame, clause, path)
+        if len(holders) > 1:
+            self.issue("AMBIGUOUS_COLUMN", f"Column {ref.column} is in more than one table here; set its table to "
+                       f"one of {', '.join(r.name_in_scope for r, _ in holders)}.", path)
+            return None
+        if frame.has_unknown_table():
+            return None  # it may belong to the table already reported as unknown
+        known = [(r, i) for r, i in frame.tables.values() if i is not None]
+        if len(known) == 1:
+            self.issue("UNKNOWN_COLUMN", _no_such_column(known[0][1], ref.column), path)
+            return None
+        every = {f"{r.name_in_scope}.{c.name}": c.name for r, i in known for c in i.columns}
+        guess = did_you_mean(ref.column, every.values())
+        hint = f" Did you mean {next(q for q, c in every.items() if c == guess)}?" if guess else ""
+        self.issue("UNKNOWN_COLUMN", f"No table in this plan has a column {ref.column}.{hint} Set `table` to the "
+                   f"alias of the table that holds it. Columns: {_listed(every)}.", path)
+        return None
+
+    def expr(self, node: m.ExprNode, frame: Frame, clause: str, path: str, *, in_aggregate: bool = False) -> Dtype | None:
+        """Validate an expression in place; its dtype where known."""
+        if isinstance(node, m.ColumnRef):
+            return self.column(node, frame, clause, path)
+        if isinstance(node, m.Value):
+            return literal_dtype(node.value)
+        if isinstance(node, m.Aggregate):
+            if clause in ("where", "group_by", "join"):
+                self.issue("AGGREGATE_NOT_ALLOWED", f"{node.func}() cannot be used in {clause}. Filter on "
+                           "aggregates with having instead.", path)
+            if in_aggregate:
+                self.issue("NESTED_AGGREGATE", f"{node.func}() is inside another aggregate; aggregates cannot be "
+                           "nested. Compute the inner aggregate in a sub-plan.", path)
+            if node.arg is None and node.func != "count":
+                self.issue("MISSING_ARGUMENT", f"{node.func}() needs an argument.", path)
+            if node.arg is not None:
+                self.expr(node.arg, frame, clause, f"{path}.arg", in_aggregate=True)
+            return None
+        if isinstance(node, m.Window):
+            return self._window(node, frame, clause, path)
+        if isinstance(node, m.Arithmetic):
+            self.expr(node.left, frame, clause, f"{path}.left", in_aggregate=in_aggregate)
+            self.expr(node.right, frame, clause, f"{path}.right", in_aggregate=in_aggregate)
+            return None
+        if isinstance(node, m.Function):
+            low, high = FUNCTION_ARITY[node.name]
+            if not low <= len(node.args) <= high:
+                want = str(low) if low == high else f"{low} to {high}" if high < 99 else f"at least {low}"
+                self.issue("BAD_ARGUMENTS", f"{node.name}() takes {want} arguments, not {len(node.args)}.", path)
+            for i, arg in enumerate(node.args):
+                self.expr(arg, frame, clause, f"{path}.args[{i}]", in_aggregate=in_aggregate)
+            return None
+        if isinstance(node, m.Case):
+            if not node.whens:
+                self.issue("EMPTY_CASE", "A case needs at least one when.", path)
+            branches = []
+            for i, when in enumerate(node.whens):
+                self.condition(when.condition, frame, clause, f"{path}.whens[{i}].condition")
+                branches.append(self.expr(when.then, frame, clause, f"{path}.whens[{i}].then", in_aggregate=in_aggregate))
+            if node.otherwise is not None:
+                branches.append(self.expr(node.otherwise, frame, clause, f"{path}.otherwise", in_aggregate=in_aggregate))
+            kinds = {category(d) for d in branches if d is not None} - {"other"}
+            if {"number", "text"} <= kinds:
+                self.issue("CASE_MIXED_TYPES", "The branches of this case mix numbers and text, which most databases "
+                           "refuse. Make every branch the same kind (write the numbers as text, or the text as numbers).",
+                           path)
+            return next((d for d in branches if d is not None), None)
+        if isinstance(node, m.DatePartOf | m.DateTrunc):
+            dtype = self.expr(node.arg, frame, clause, f"{path}.arg", in_aggregate=in_aggregate)
+            if dtype in ("integer", "decimal", "float", "boolean", "binary"):
+                what = f"{node.arg.table}.{node.arg.column}" if isinstance(node.arg, m.ColumnRef) else "its argument"
+                self.issue("NOT_A_DATE", f"{node.kind} needs a date or timestamp, but {what} is {describe(dtype)}. "
+                           "Use a date or timestamp column.", f"{path}.arg")
+            return "integer" if isinstance(node, m.DatePartOf) else "datetime"
+        if isinstance(node, m.ScalarSubquery):
+            self._sub_plan(node.plan, frame, f"{path}.plan", one_column=True)
+            return None
+        raise TypeError(f"unknown expression node {type(node).__name__}")  # pragma: no cover
+
+    def _window(self, node: m.Window, frame: Frame, clause: str, path: str) -> None:
+        if clause not in ("select", "order_by"):
+            self.issue("WINDOW_NOT_ALLOWED", f"Window functions can only be selected or ordered by, not used in "
+                       f"{clause}. Select it in a sub-plan and filter the outer plan.", path)
+        if node.func in RANKING:
+            if node.arg is not None:
+                self.issue("BAD_ARGUMENTS", f"{node.func}() takes no argument.", f"{path}.arg")
+            if not node.order_by:
+                self.issue("WINDOW_WITHOUT_ORDER", f"{node.func}() needs order_by.", path)
+        elif node.arg is None and node.func != "count":
+            self.issue("MISSING_ARGUMENT", f"{node.func}() over a window needs an argument.", path)
+        if node.arg is not None:
+            self.expr(node.arg, frame, "select", f"{path}.arg")
+        for i, expr in enumerate(node.partition_by):
+            self.expr(expr, frame, "select", f"{path}.partition_by[{i}]")
+        for i, item in enumerate(node.order_by):
+            self.expr(item.expr, frame, "select", f"{path}.order_by[{i}].expr")
+
+    def _sub_plan(self, plan: m.PlanModel, frame: Frame, path: str, *, one_column: bool) -> None:
+        self.plan(plan, path, parent=frame)
+        if one_column and len(plan.select) > 1:
+            self.issue("SUBQUERY_COLUMNS", f"This sub-plan must select exactly one column, not {len(plan.select)}.",
+                       f"{path}.select")
+
+    # --- conditions ----------------------------------------------------------------------------
+
+    def condition(self, node: m.ConditionNode, frame: Frame, clause: str, path: str) -> None:
+        """Validate a boolean tree in place."""
+        if isinstance(node, m.Comparison):
+            left = self.expr(node.left, frame, clause, f"{path}.left")
+            right = self.expr(node.right, frame, clause, f"{path}.right")
+            self._comparable(node.left, left, node.right, right, path)
+        elif isinstance(node, m.InList):
+            subject = self.expr(node.expr, frame, clause, f"{path}.expr")
+            if not node.values:
+                self.issue("EMPTY_IN_LIST", "An in condition needs at least one value.", f"{path}.values")
+            for i, value in enumerate(node.values):
+                dtype = self.expr(value, frame, clause, f"{path}.values[{i}]")
+                self._comparable(node.expr, subject, value, dtype, f"{path}.values[{i}]")
+        elif isinstance(node, m.Between):
+            subject = self.expr(node.expr, frame, clause, f"{path}.expr")
+            for name in ("low", "high"):
+                bound = getattr(node, name)
+                self._comparable(node.expr, subject, bound, self.expr(bound, frame, clause, f"{path}.{name}"),
+                                 f"{path}.{name}")
+        elif isinstance(node, m.Like):
+            dtype = self.expr(node.expr, frame, clause, f"{path}.expr")
+            if dtype is not None and category(dtype) not in ("text", "other"):
+                self.issue("LIKE_NOT_TEXT", f"like needs text, but {_describe_node(node.expr)} is {describe(dtype)}. "
+                           "Compare numbers and dates with compare or between instead.", f"{path}.expr")
+        elif isinstance(node, m.IsNull):
+            self.expr(node.expr, frame, clause, f"{path}.expr")
+        elif isinstance(node, m.And | m.Or):
+            if not node.conditions:
+                self.issue("EMPTY_CONDITION", f"An {node.kind} needs at least one condition.", f"{path}.conditions")
+            for i, sub in enumerate(node.conditions):
+                self.condition(sub, frame, clause, f"{path}.conditions[{i}]")
+        elif isinstance(node, m.Not):
+            self.condition(node.condition, frame, clause, f"{path}.condition")
+        elif isinstance(node, m.InSubquery):
+            self.expr(node.expr, frame, clause, f"{path}.expr")
+            self._sub_plan(node.plan, frame, f"{path}.plan", one_column=True)
+        elif isinstance(node, m.Exists):
+            self._sub_plan(node.plan, frame, f"{path}.plan", one_column=False)
+
+    def _comparable(self, left: m.ExprNode, left_dtype: Dtype | None, right: m.ExprNode, right_dtype: Dtype | None,
+                    path: str) -> None:
+        """Refuse comparisons most databases reject: text with numbers, dates with numbers, text that is no date."""
+        if left_dtype is None or right_dtype is None:
+            return
+        kinds = {category(left_dtype), category(right_dtype)}
+        if "other" in kinds or len(kinds) == 1:
+            return
+        sides = ((left, left_dtype), (right, right_dtype))
+        for (node, _), (_, other) in (sides, sides[::-1]):
+            if isinstance(node, m.Value) and isinstance(node.value, str) and category(other) != "text":
+                if category(other) == "temporal" and looks_like_date(node.value):
+                    return  # '2011-06-30' against a date: every engine reads the text as a date
+                if category(other) == "number" and looks_like_number(node.value):
+                    return
+        if kinds <= {"number", "boolean"} or kinds == {"temporal"}:
+            return
+        self.issue("COMPARE_TYPE_MISMATCH", f"{_describe_node(left)} is {describe(left_dtype)} but "
+                   f"{_describe_node(right)} is {describe(right_dtype)}: they cannot be compared. Compare values "
+                   "of the same kind (write dates as 'YYYY-MM-DD', numbers without quotes).", path)
+
+    # --- grouping ------------------------------------------------------------------------------
+
+    def _grouping(self, plan: m.PlanModel, frame: Frame, path: str) -> None:
+        aggregated = bool(plan.group_by) or plan.having is not None or any(
+            _contains(item.expr, (m.Aggregate,)) for item in plan.select)
+        if not aggregated:
+            return
+        keys = frozenset(_key(e) for e in plan.group_by)
+        grouped = {((e.table or "").lower(), e.column.lower()) for e in plan.group_by if isinstance(e, m.ColumnRef)}
+        local = set(frame.tables)
+        checks = [(item.expr, f"{path}.select[{i}]") for i, item in enumerate(plan.select)]
+        checks += [(item.expr, f"{path}.order_by[{i}]") for i, item in enumerate(plan.order_by)]
+        if plan.having is not None:
+            checks.append((plan.having, f"{path}.having"))
+        for expr, where in checks:
+            if _key(expr) in keys:
+                continue
+            for ref in _column_refs(expr, keys):
+                if ref.table is None or ref.table.lower() not in local:
+                    continue  # an output alias, or an outer (correlated) reference
+                info = frame.tables[ref.table.lower()][1]
+                if info is None or info.column(ref.column) is None:
+                    continue  # already reported as unknown
+                if (ref.table.lower(), ref.column.lower()) not in grouped:
+                    self.issue("GROUP_BY_MISMATCH", f"{ref.table}.{ref.column} is used without an aggregate but is "
+                               "not in group_by. Add it to group_by or aggregate it.", where)
+
+
+def validate_plan(plan: m.PlanModel, snapshot: SchemaSnapshot, scope: Scope) -> ValidatedPlan:
+    """Check a plan against the snapshot and the caller's scope; the resolved plan, or an error.
+
+    Raises SecurityViolation (generic sentence, no names) when the plan reads a table out of scope,
+    and PlanValidationError listing every other problem.
+    """
+    resolved = plan.model_copy(deep=True)
+    validator = PlanValidator(snapshot, scope)
+    validator.check_scope(resolved)
+    validator.plan(resolved, "plan")
+    if validator.issues:
+        raise PlanValidationError(validator.issues)
+    tables = list(validator.read.values())
+    schemas = {t.name: t.schema_name for t in tables if t.schema_name}
+    return ValidatedPlan(plan=resolved, tables=tables, schemas=schemas)

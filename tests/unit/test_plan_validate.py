@@ -1,0 +1,525 @@
+"""The plan validator: one test per issue code (with an actionable message and no follow-on errors), name
+resolution, correlation, scope refusals that name nothing, and the join-key type rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nl2sql.config import Config
+from nl2sql.datasources import adapter_class
+from nl2sql.datasources.models import SchemaSnapshot
+from nl2sql.errors import GENERIC_REFUSAL, SecurityViolation
+from nl2sql.plan import PlanModel, PlanValidationError, ValidatedPlan, generate_sql, validate_plan
+from nl2sql.plan.join_keys import CATEGORY, category, coercible, describe, dtype_of, join_dtype
+from nl2sql.policies import Scope, scope
+from tests.unit.test_plan_golden import GOLDEN_FILES, load
+
+CHINOOK_TABLES = ["Album", "Artist", "Customer", "Employee", "Genre", "Invoice", "InvoiceLine", "MediaType",
+                  "Playlist", "PlaylistTrack", "Track"]
+INVOICE_COLUMNS = ("InvoiceId, CustomerId, InvoiceDate, BillingAddress, BillingCity, BillingState, BillingCountry, "
+                   "BillingPostalCode, Total")
+
+
+@pytest.fixture(scope="module")
+def snapshot(chinook_path: Path) -> SchemaSnapshot:
+    return adapter_class("sqlite")("chinook", f"sqlite:///{chinook_path}").reflect()
+
+
+@pytest.fixture(scope="module")
+def scopes(demo_config: Config) -> dict[str, Scope]:
+    return {role: scope(demo_config.policies, role, "chinook") for role in ("admin", "analyst", "viewer", "support")}
+
+
+# --- plan building helpers -----------------------------------------------------------------------
+
+
+def col(table: str | None, column: str) -> dict:
+    return {"kind": "column", "table": table, "column": column}
+
+
+def lit(value: Any) -> dict:
+    return {"kind": "literal", "value": value}
+
+
+def agg(func: str, arg: dict | None = None, **kw: Any) -> dict:
+    return {"kind": "aggregate", "func": func, "arg": arg, **kw}
+
+
+def cmp(left: dict, op: str, right: dict) -> dict:
+    return {"kind": "compare", "op": op, "left": left, "right": right}
+
+
+def key(left: dict, right: dict) -> dict:
+    return {"left": left, "right": right}
+
+
+def join(table: str, alias: str | None, *on: dict, type: str = "inner") -> dict:
+    return {"type": type, "table": {"table": table, "alias": alias}, "on": list(on)}
+
+
+def plan(*select: dict, table: str = "Invoice", alias: str | None = "i", **rest: Any) -> dict:
+    """A plan over `table` selecting the given expressions (default: i.Total)."""
+    items = [{"expr": e} for e in select] or [{"expr": col("i", "Total")}]
+    return {"select": items, "from": {"table": table, "alias": alias}, **rest}
+
+
+CUSTOMER = join("Customer", "c", key(col("c", "CustomerId"), col("i", "CustomerId")))
+
+
+def check(data: dict, snapshot: SchemaSnapshot, scope_: Scope) -> ValidatedPlan:
+    return validate_plan(PlanModel.model_validate(data), snapshot, scope_)
+
+
+def problems(data: dict, snapshot: SchemaSnapshot, scope_: Scope) -> PlanValidationError:
+    with pytest.raises(PlanValidationError) as caught:
+        check(data, snapshot, scope_)
+    return caught.value
+
+
+# --- one test per code -----------------------------------------------------------------------------
+
+CASES = [
+    pytest.param(
+        "UNKNOWN_TABLE", plan(col(None, "Total"), table="Invoce", alias=None), "plan.from",
+        ["There is no table Invoce.", "Did you mean Invoice?", "Tables: Album, Artist, Customer, Genre, Invoice,"],
+        id="UNKNOWN_TABLE"),
+    pytest.param(
+        "UNKNOWN_COLUMN", plan(col("i", "Amount")), "plan.select[0]",
+        [f"Invoice has no column Amount. Columns: {INVOICE_COLUMNS}."], id="UNKNOWN_COLUMN"),
+    pytest.param(
+        "UNKNOWN_COLUMN", plan(col(None, "Totl")), "plan.select[0]",
+        [f"Invoice has no column Totl. Did you mean Total? Columns: {INVOICE_COLUMNS}."],
+        id="UNKNOWN_COLUMN-unqualified"),
+    pytest.param(
+        "UNKNOWN_COLUMN", plan(col(None, "Totl"), joins=[CUSTOMER]), "plan.select[0]",
+        ["No table in this plan has a column Totl.", "Did you mean i.Total?", "Set `table` to the alias",
+         "Columns: i.InvoiceId,", "c.CustomerId"],
+        id="UNKNOWN_COLUMN-unqualified-two-tables"),
+    pytest.param(
+        "UNKNOWN_ALIAS", plan(col("inv", "Total")), "plan.select[0]",
+        ["No table or alias inv is in scope here.", "In scope: i."], id="UNKNOWN_ALIAS"),
+    pytest.param(
+        "AMBIGUOUS_COLUMN", plan(col(None, "CustomerId"), joins=[CUSTOMER]), "plan.select[0]",
+        ["Column CustomerId is in more than one table", "set its table to one of i, c"], id="AMBIGUOUS_COLUMN"),
+    pytest.param(
+        "DUPLICATE_ALIAS",
+        plan(col("i", "Total"), joins=[join("Customer", "i", key(col("i", "CustomerId"), col("i", "CustomerId")))]),
+        "plan.joins[0].table", ["i is used twice in this plan.", "Give each use of a table its own alias"],
+        id="DUPLICATE_ALIAS"),
+    pytest.param(
+        "JOIN_KEY_TYPE_MISMATCH",
+        plan(joins=[join("Customer", "c", key(col("c", "FirstName"), col("i", "CustomerId")))]), "plan.joins[0].on[0]",
+        ["c.FirstName is text but i.CustomerId is a number", "Join on columns that hold the same kind of value"],
+        id="JOIN_KEY_TYPE_MISMATCH"),
+    pytest.param(
+        "JOIN_NOT_CONNECTED",
+        plan(joins=[join("Customer", "c", key(col("i", "InvoiceId"), col("i", "CustomerId")))]), "plan.joins[0].on[0]",
+        ["The join to c must compare a column of c with a column of a table joined before it."],
+        id="JOIN_NOT_CONNECTED"),
+    pytest.param(
+        "JOIN_WITHOUT_KEYS", plan(joins=[join("Customer", "c")]), "plan.joins[0].on",
+        ["The join to c has no keys.", "Add at least one pair of columns to compare."], id="JOIN_WITHOUT_KEYS"),
+    pytest.param(
+        "AGGREGATE_NOT_ALLOWED", plan(where=cmp(agg("sum", col("i", "Total")), ">", lit(10))), "plan.where.left",
+        ["sum() cannot be used in where.", "Filter on aggregates with having instead."],
+        id="AGGREGATE_NOT_ALLOWED"),
+    pytest.param(
+        "NESTED_AGGREGATE", plan(agg("sum", agg("max", col("i", "Total")))), "plan.select[0].arg",
+        ["max() is inside another aggregate", "Compute the inner aggregate in a sub-plan."], id="NESTED_AGGREGATE"),
+    pytest.param(
+        "MISSING_ARGUMENT", plan(agg("sum")), "plan.select[0]", ["sum() needs an argument."], id="MISSING_ARGUMENT"),
+    pytest.param(
+        "MISSING_ARGUMENT", plan({"kind": "window", "func": "avg", "order_by": []}), "plan.select[0]",
+        ["avg() over a window needs an argument."], id="MISSING_ARGUMENT-window"),
+    pytest.param(
+        "WINDOW_NOT_ALLOWED",
+        plan(where=cmp({"kind": "window", "func": "row_number", "order_by": [{"expr": col("i", "Total")}]}, "=",
+                       lit(1))),
+        "plan.where.left", ["not used in where", "Select it in a sub-plan and filter the outer plan."],
+        id="WINDOW_NOT_ALLOWED"),
+    pytest.param(
+        "WINDOW_WITHOUT_ORDER",
+        plan({"kind": "window", "func": "rank", "partition_by": [col("i", "CustomerId")]}), "plan.select[0]",
+        ["rank() needs order_by."], id="WINDOW_WITHOUT_ORDER"),
+    pytest.param(
+        "BAD_ARGUMENTS", plan({"kind": "function", "name": "nullif", "args": [col("i", "Total")]}),
+        "plan.select[0]", ["nullif() takes 2 arguments, not 1."], id="BAD_ARGUMENTS"),
+    pytest.param(
+        "BAD_ARGUMENTS",
+        plan({"kind": "window", "func": "row_number", "arg": col("i", "Total"), "order_by": [{"expr": col("i", "Total")}]}),
+        "plan.select[0].arg", ["row_number() takes no argument."], id="BAD_ARGUMENTS-ranking"),
+    pytest.param(
+        "BAD_ARGUMENTS", plan({"kind": "function", "name": "coalesce", "args": [col("i", "Total")]}),
+        "plan.select[0]", ["coalesce() takes at least 2 arguments, not 1."], id="BAD_ARGUMENTS-variadic"),
+    pytest.param(
+        "EMPTY_CASE", plan({"kind": "case", "whens": [], "otherwise": lit(1)}), "plan.select[0]",
+        ["A case needs at least one when."], id="EMPTY_CASE"),
+    pytest.param(
+        "CONSTANT_KEY", plan(col("i", "Total"), order_by=[{"expr": lit(1)}]), "plan.order_by[0]",
+        ["A constant in order_by", "Put a column or an expression"], id="CONSTANT_KEY"),
+    pytest.param(
+        "COMPARE_TYPE_MISMATCH",
+        plan(col("i", "Total"), where={"kind": "compare", "op": "=", "left": col("i", "BillingCountry"),
+                                       "right": lit(5)}),
+        "plan.where", ["i.BillingCountry is text but 5 is a number", "Compare values of the same kind"],
+        id="COMPARE_TYPE_MISMATCH"),
+    pytest.param(
+        "LIKE_NOT_TEXT",
+        plan(col("i", "Total"), where={"kind": "like", "expr": col("i", "Total"), "pattern": "1%"}),
+        "plan.where.expr", ["like needs text, but i.Total is a number"], id="LIKE_NOT_TEXT"),
+    pytest.param(
+        "CASE_MIXED_TYPES",
+        plan({"kind": "case", "whens": [{"condition": {"kind": "compare", "op": ">", "left": col("i", "Total"),
+                                                       "right": lit(10)}, "then": lit("big")}], "otherwise": lit(0)}),
+        "plan.select[0]", ["mix numbers and text", "Make every branch the same kind"], id="CASE_MIXED_TYPES"),
+    pytest.param(
+        "NOT_A_DATE", plan({"kind": "date_part", "part": "year", "arg": col("i", "Total")}), "plan.select[0].arg",
+        ["date_part needs a date or timestamp, but i.Total is a number.", "Use a date or timestamp column."],
+        id="NOT_A_DATE"),
+    pytest.param(
+        "SUBQUERY_COLUMNS",
+        plan(where={"kind": "in_subquery", "expr": col("i", "CustomerId"),
+                    "plan": plan(col("c", "CustomerId"), col("c", "Country"), table="Customer", alias="c")}),
+        "plan.where.plan.select", ["This sub-plan must select exactly one column, not 2."], id="SUBQUERY_COLUMNS"),
+    pytest.param(
+        "EMPTY_IN_LIST", plan(where={"kind": "in", "expr": col("i", "BillingCountry"), "values": []}),
+        "plan.where.values", ["An in condition needs at least one value."], id="EMPTY_IN_LIST"),
+    pytest.param(
+        "EMPTY_CONDITION", plan(where={"kind": "or", "conditions": []}), "plan.where.conditions",
+        ["An or needs at least one condition."], id="EMPTY_CONDITION"),
+    pytest.param(
+        "GROUP_BY_MISMATCH", plan(col("i", "BillingCountry"), agg("sum", col("i", "Total"))), "plan.select[0]",
+        ["i.BillingCountry is used without an aggregate but is not in group_by.",
+         "Add it to group_by or aggregate it."], id="GROUP_BY_MISMATCH"),
+    pytest.param(
+        "BAD_LIMIT", plan(limit=-1), "plan.limit", ["limit must be 0 or more, not -1."], id="BAD_LIMIT"),
+    pytest.param(
+        "EMPTY_SELECT", {"select": [], "from": {"table": "Invoice", "alias": "i"}}, "plan.select",
+        ["The plan selects nothing.", "Add at least one select item."], id="EMPTY_SELECT"),
+]
+
+
+@pytest.mark.parametrize(("code", "data", "path", "fragments"), CASES)
+def test_issue_code(code: str, data: dict, path: str, fragments: list[str], snapshot: SchemaSnapshot,
+                    scopes: dict[str, Scope]) -> None:
+    error = problems(data, snapshot, scopes["analyst"])
+    assert error.codes == [code], f"expected only {code}, got:\n{error}"
+    issue = error.issues[0]
+    assert issue.path == path
+    for fragment in fragments:
+        assert fragment in issue.message, f"{fragment!r} not in {issue.message!r}"
+    assert str(issue) == f"[{code}] {issue.message} (at {path})"
+    assert error.code == "PLAN_INVALID" and issue.message in str(error)
+
+
+def test_every_code_is_covered() -> None:
+    import re
+
+    source = (Path(__file__).resolve().parents[2] / "nl2sql" / "plan" / "validate.py").read_text(encoding="utf-8")
+    emitted = set(re.findall(r'self\.issue\(\s*"([A-Z_]+)"', source))
+    tested = {case.values[0] for case in CASES}
+    assert emitted == tested
+
+
+# --- no follow-on errors ----------------------------------------------------------------------------
+
+
+def test_unknown_table_causes_no_column_errors(snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
+    data = plan(col(None, "Total"), col(None, "Email"), col("c", "Whatever"),
+                joins=[join("Custmer", "c", key(col("c", "CustomerId"), col("i", "CustomerId")))])
+    error = problems(data, snapshot, scopes["analyst"])
+    assert error.codes == ["UNKNOWN_TABLE"]
+    assert "Did you mean Customer?" in error.issues[0].message
+
+
+def test_duplicate_alias_keeps_the_first_table(snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
+    data = plan(col("i", "Total"), col(None, "BillingCity"),
+                joins=[join("Customer", "i", key(col("i", "CustomerId"), col("i", "CustomerId")))])
+    assert problems(data, snapshot, scopes["analyst"]).codes == ["DUPLICATE_ALIAS"]
+
+
+def test_unresolved_join_key_is_reported_once(snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
+    ambiguous = plan(joins=[join("Customer", "c", key(col(None, "CustomerId"), col("c", "CustomerId")))])
+    assert problems(ambiguous, snapshot, scopes["analyst"]).codes == ["AMBIGUOUS_COLUMN"]
+    unknown = plan(joins=[join("Customer", "c", key(col("x", "CustomerId"), col("y", "CustomerId")))])
+    assert problems(unknown, snapshot, scopes["analyst"]).codes == ["UNKNOWN_ALIAS", "UNKNOWN_ALIAS"]
+
+
+def test_empty_sub_plan_select_is_reported_once(snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
+    sub = {"select": [], "from": {"table": "Customer", "alias": "c"}}
+    data = plan(where={"kind": "in_subquery", "expr": col("i", "CustomerId"), "plan": sub})
+    error = problems(data, snapshot, scopes["analyst"])
+    assert error.codes == ["EMPTY_SELECT"] and error.issues[0].path == "plan.where.plan.select"
+
+
+def test_several_problems_are_reported_at_once(snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
+    data = plan(
+        col("i", "Amount"), col("x", "Total"),
+        where={"kind": "and", "conditions": [
+            cmp(agg("count"), ">", lit(1)),
+            {"kind": "in", "expr": col("i", "BillingCountry"), "values": []},
+        ]},
+        limit=-5,
+        offset=-1,
+    )
+    error = problems(data, snapshot, scopes["analyst"])
+    assert error.codes == ["UNKNOWN_COLUMN", "UNKNOWN_ALIAS", "AGGREGATE_NOT_ALLOWED", "EMPTY_IN_LIST", "BAD_LIMIT",
+                           "BAD_LIMIT"]
+    assert [i.path for i in error.issues] == ["plan.select[0]", "plan.select[1]", "plan.where.conditions[0].left",
+                                              "plan.where.conditions[1].values", "plan.limit", "plan.offset"]
+    assert str(error).startswith("The plan has 6 problems:\n- [UNKNOWN_COLUMN] Invoice has no column Amount.")
+
+
+# --- resolution -------------------------------------------------------------------------------------
+
+
+def test_names_are_canonicalized(snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
+    data = {
+        "select": [{"expr": col(None, "total")}, {"expr": col("INVOICE", "billingcity"), "alias": "city"}],
+        "from": {"table": "invoice", "alias": None},
+        "where": cmp(col(None, "TOTAL"), ">", lit(1)),
+        "order_by": [{"expr": col(None, "city")}],
+    }
+    original = PlanModel.model_validate(data)
+    validated = validate_plan(original, snapshot, scopes["analyst"])
+    out = validated.plan
+    assert out.from_.table == "Invoice"
+    assert (out.select[0].expr.table, out.select[0].expr.column) == ("Invoice", "Total")
+    assert (out.select[1].expr.table, out.select[1].expr.column) == ("Invoice", "BillingCity")
+    assert (out.where.left.table, out.where.left.column) == ("Invoice", "Total")
+    assert (out.order_by[0].expr.table, out.order_by[0].expr.column) == (None, "city")  # an output alias
+    assert [t.name for t in validated.tables] == ["Invoice"] and validated.schemas == {}
+    assert original.from_.table == "invoice" and original.select[0].expr.table is None  # the input is untouched
+    assert generate_sql(out, "postgres") == (
+        'SELECT "Invoice"."Total", "Invoice"."BillingCity" AS city FROM "Invoice" WHERE "Invoice"."Total" > 1 '
+        "ORDER BY city ASC")
+
+
+def test_unqualified_columns_get_their_alias(snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
+    data = plan(col(None, "total"), col(None, "email"), col("C", "country"), joins=[CUSTOMER])
+    out = check(data, snapshot, scopes["analyst"]).plan
+    assert [(s.expr.table, s.expr.column) for s in out.select] == [
+        ("i", "Total"), ("c", "Email"), ("c", "Country")]
+    assert [t.name for t in check(data, snapshot, scopes["analyst"]).tables] == ["Invoice", "Customer"]
+
+
+def test_correlated_sub_plans_resolve_outer_aliases(snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
+    inner = plan(lit(1), table="invoice", alias="inv",
+                 where=cmp(col("inv", "customerid"), "=", col("C", "customerid")))
+    scalar = plan(agg("count"), table="Invoice", alias="i2",
+                  where=cmp(col("i2", "CustomerId"), "=", col("c", "CustomerId")))
+    data = {
+        "select": [{"expr": col("c", "LastName")}, {"expr": {"kind": "subquery", "plan": scalar}, "alias": "n"}],
+        "from": {"table": "Customer", "alias": "c"},
+        "where": {"kind": "exists", "negated": True, "plan": inner},
+    }
+    validated = check(data, snapshot, scopes["analyst"])
+    where = validated.plan.where.plan.where
+    assert (where.left.table, where.left.column, where.right.table, where.right.column) == (
+        "inv", "CustomerId", "c", "CustomerId")
+    assert validated.plan.where.plan.from_.table == "Invoice"
+    assert sorted(t.name for t in validated.tables) == ["Customer", "Invoice"]
+    # a sub-plan's aliases are not visible outside it, and sibling sub-plans do not see each other
+    leaky = {**data, "select": [*data["select"], {"expr": col("inv", "Total")}]}
+    error = problems(leaky, snapshot, scopes["analyst"])
+    assert error.codes == ["UNKNOWN_ALIAS"] and "In scope: c." in error.issues[0].message
+    inner_error = problems({**data, "where": {"kind": "exists", "plan": plan(
+        lit(1), table="Invoice", alias="inv", where=cmp(col("i2", "CustomerId"), "=", col("zz", "CustomerId")))}},
+        snapshot, scopes["analyst"])
+    assert inner_error.codes == ["UNKNOWN_ALIAS", "UNKNOWN_ALIAS"]
+    assert "In scope: inv, c." in inner_error.issues[0].message
+
+
+def test_correlated_reference_needs_no_group_by(snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
+    sub = plan(agg("sum", col("il", "UnitPrice")), table="InvoiceLine", alias="il",
+               where=cmp(col("il", "InvoiceId"), "=", col("i", "InvoiceId")))
+    check(plan(col("i", "InvoiceId"), {"kind": "subquery", "plan": sub}), snapshot, scopes["analyst"])
+
+
+def test_self_join_needs_aliases(snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
+    good = plan(col("e", "LastName"), col("m", "LastName"), table="Employee", alias="e",
+                joins=[join("Employee", "m", key(col("e", "ReportsTo"), col("m", "EmployeeId")), type="left")])
+    assert [t.name for t in check(good, snapshot, scopes["admin"]).tables] == ["Employee"]
+    bad = plan(col("Employee", "LastName"), table="Employee", alias=None,
+               joins=[join("Employee", None, key(col("Employee", "ReportsTo"), col("Employee", "EmployeeId")))])
+    error = problems(bad, snapshot, scopes["admin"])
+    assert error.codes == ["DUPLICATE_ALIAS"] and error.issues[0].message.startswith("Employee is used twice")
+
+
+def test_output_aliases_only_in_order_by_and_having(snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
+    base = {"select": [{"expr": col("i", "BillingCountry")}, {"expr": agg("sum", col("i", "Total")), "alias": "s"}],
+            "from": {"table": "Invoice", "alias": "i"}, "group_by": [col("i", "billingcountry")]}
+    check({**base, "having": cmp(col(None, "s"), ">", lit(1)), "order_by": [{"expr": col(None, "S")}]}, snapshot,
+          scopes["analyst"])
+    error = problems({**base, "where": cmp(col(None, "s"), ">", lit(1))}, snapshot, scopes["analyst"])
+    assert error.codes == ["UNKNOWN_COLUMN"]
+
+
+@pytest.mark.parametrize("path", GOLDEN_FILES, ids=[p.stem for p in GOLDEN_FILES])
+def test_golden_plans_validate(path: Path, snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
+    doc = load(path)
+    validated = check(doc["plan"], snapshot, scopes["admin"])
+    assert generate_sql(validated.plan, "sqlite") == doc["sql"]["sqlite"]
+
+
+# --- scope ----------------------------------------------------------------------------------------
+
+
+def assert_generic(caught: pytest.ExceptionInfo[SecurityViolation], *names: str) -> None:
+    message = str(caught.value)
+    assert message == GENERIC_REFUSAL == caught.value.message
+    for name in [*CHINOOK_TABLES, *names]:
+        assert name.lower() not in message.lower()
+    assert caught.value.node == "validator"
+
+
+def test_viewer_reading_invoice_is_refused(snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
+    with pytest.raises(SecurityViolation) as caught:
+        check(plan(col("i", "Total")), snapshot, scopes["viewer"])
+    assert_generic(caught)
+
+
+def test_denied_table_inside_not_exists_is_refused(snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
+    data = plan(col("t", "Name"), table="Track", alias="t", where={"kind": "exists", "negated": True, "plan": plan(
+        lit(1), table="InvoiceLine", alias="il", where=cmp(col("il", "TrackId"), "=", col("t", "TrackId")))})
+    with pytest.raises(SecurityViolation) as caught:
+        check(data, snapshot, scopes["viewer"])
+    assert_generic(caught)
+
+
+def test_denied_table_deep_in_an_expression_is_refused(snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
+    deep = {"kind": "case", "whens": [{"condition": cmp({"kind": "subquery", "plan": plan(
+        agg("max", col("e", "EmployeeId")), table="Employee", alias="e")}, ">", lit(0)), "then": lit("yes")}]}
+    with pytest.raises(SecurityViolation) as caught:
+        check(plan(deep), snapshot, scopes["analyst"])
+    assert_generic(caught)
+
+
+def test_scope_is_checked_before_anything_else(snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
+    data = plan(col("i", "NoSuchColumn"), col("zz", "x"), limit=-1,
+                joins=[join("Employee", "e", key(col("e", "EmployeeId"), col("i", "Bogus")))])
+    with pytest.raises(SecurityViolation) as caught:
+        check(data, snapshot, scopes["analyst"])
+    assert_generic(caught, "NoSuchColumn", "Bogus")
+
+
+def test_unknown_table_outside_the_viewers_patterns_is_refused(snapshot: SchemaSnapshot,
+                                                              scopes: dict[str, Scope]) -> None:
+    for name in ("Salaries", "Invoce", "Albm"):  # none exists; none matches the viewer's patterns
+        with pytest.raises(SecurityViolation) as caught:
+            check(plan(col(None, "Total"), table=name, alias=None), snapshot, scopes["viewer"])
+        assert_generic(caught, name)
+
+
+def test_unreachable_datasource_is_refused(snapshot: SchemaSnapshot, demo_config: Config) -> None:
+    elsewhere = scope(demo_config.policies, "viewer", "webanalytics")
+    assert not elsewhere.reachable
+    with pytest.raises(SecurityViolation) as caught:
+        check(plan(col("g", "Name"), table="Genre", alias="g"), snapshot, elsewhere)
+    assert_generic(caught)
+
+
+def test_unknown_table_suggestions_only_name_visible_tables(snapshot: SchemaSnapshot,
+                                                             scopes: dict[str, Scope]) -> None:
+    error = problems(plan(col(None, "LastName"), table="Employe", alias=None), snapshot, scopes["analyst"])
+    assert error.codes == ["UNKNOWN_TABLE"]
+    message = error.issues[0].message
+    assert "Did you mean" not in message and "Employee" not in message
+    assert message.endswith("Tables: Album, Artist, Customer, Genre, Invoice, InvoiceLine, MediaType, Playlist, "
+                            "PlaylistTrack, Track.")
+    # the viewer misspelling a table it cannot see gets the refusal, never "Did you mean Invoice"
+    with pytest.raises(SecurityViolation) as caught:
+        check(plan(col(None, "Total"), table="Invoce", alias=None), snapshot, scopes["viewer"])
+    assert_generic(caught, "Invoce")
+
+
+def test_viewer_can_read_the_catalog(snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
+    data = plan(col("t", "Name"), col("g", "Name"), table="track", alias="t",
+                joins=[join("genre", "g", key(col("t", "GenreId"), col("g", "GenreId")))])
+    assert [t.name for t in check(data, snapshot, scopes["viewer"]).tables] == ["Track", "Genre"]
+    error = problems(plan(col("t", "Price"), table="Track", alias="t"), snapshot, scopes["viewer"])
+    assert error.codes == ["UNKNOWN_COLUMN"] and "Did you mean UnitPrice?" in error.issues[0].message
+
+
+# --- join keys ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("dialect", "type_name", "dtype"),
+    [
+        ("sqlite", "INTEGER", "integer"), ("sqlite", "BIGINT", "integer"), ("sqlite", "NVARCHAR(40)", "text"),
+        ("sqlite", "TEXT", "text"), ("sqlite", "NUMERIC(10, 2)", "decimal"), ("sqlite", "REAL", "float"),
+        ("sqlite", "DATETIME", "datetime"), ("sqlite", "DATE", "date"), ("sqlite", "BLOB", "binary"),
+        ("sqlite", "BOOLEAN", "boolean"), ("sqlite", "", "other"), ("sqlite", "  ", "other"),
+        ("sqlite", "not a type!", "other"),
+        ("duckdb", "INTEGER", "integer"), ("duckdb", "HUGEINT", "integer"), ("duckdb", "UBIGINT", "integer"),
+        ("duckdb", "VARCHAR", "text"), ("duckdb", "DECIMAL(10,2)", "decimal"), ("duckdb", "DOUBLE", "float"),
+        ("duckdb", "TIMESTAMP", "datetime"), ("duckdb", "TIMESTAMP WITH TIME ZONE", "datetime"),
+        ("duckdb", "DATE", "date"), ("duckdb", "BOOLEAN", "boolean"), ("duckdb", "BLOB", "binary"),
+        ("duckdb", "UUID", "text"), ("duckdb", "TIME", "other"), ("duckdb", "INTERVAL", "other"),
+        ("duckdb", "INTEGER[]", "other"),
+        ("postgres", "integer", "integer"), ("postgres", "smallint", "integer"),
+        ("postgres", "character varying(40)", "text"), ("postgres", "character(2)", "text"),
+        ("postgres", "numeric(10,2)", "decimal"), ("postgres", "money", "decimal"),
+        ("postgres", "double precision", "float"), ("postgres", "real", "float"),
+        ("postgres", "timestamp without time zone", "datetime"), ("postgres", "timestamp with time zone", "datetime"),
+        ("postgres", "date", "date"), ("postgres", "boolean", "boolean"), ("postgres", "bytea", "binary"),
+        ("postgres", "uuid", "text"), ("postgres", "time without time zone", "other"), ("postgres", "jsonb", "other"),
+    ],
+)
+def test_dtype_of(dialect: str, type_name: str, dtype: str) -> None:
+    assert dtype_of(type_name, dialect) == dtype
+
+
+DTYPES = list(CATEGORY)
+
+
+@pytest.mark.parametrize(
+    ("left", "right", "joined"),
+    [
+        ("integer", "float", "integer"), ("float", "integer", "integer"), ("integer", "decimal", "integer"),
+        ("decimal", "float", "decimal"), ("date", "datetime", "datetime"), ("datetime", "date", "datetime"),
+        ("integer", "boolean", "boolean"), ("boolean", "decimal", "boolean"), ("text", "date", "date"),
+        ("integer", "text", "integer"), ("text", "boolean", "boolean"), ("text", "text", "text"),
+        ("text", "binary", None), ("binary", "integer", None), ("date", "integer", None), ("boolean", "date", None),
+    ],
+)
+def test_join_dtype(left: str, right: str, joined: str | None) -> None:
+    assert join_dtype(left, right) == joined
+    assert join_dtype(right, left) == joined
+    assert coercible(left, right) is (joined is not None)
+
+
+def test_text_is_parsed_only_when_asked() -> None:
+    for other in ("integer", "decimal", "float", "date", "datetime", "boolean"):
+        assert join_dtype("text", other, parse_text=False) is None
+        assert not coercible(other, "text", parse_text=False)
+        assert coercible("text", other)
+    assert coercible("text", "text", parse_text=False)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_other_never_blocks(dtype: str) -> None:
+    assert join_dtype("other", dtype) == dtype
+    assert join_dtype(dtype, "other", parse_text=False) == dtype
+    assert coercible("other", dtype, parse_text=False)
+
+
+def test_categories_and_words() -> None:
+    assert [category(d) for d in ("integer", "decimal", "float", "date", "datetime")] == ["number"] * 3 + ["temporal"] * 2
+    assert describe("decimal") == "a number" and describe("datetime") == "a date" and describe("text") == "text"
+    assert describe("other") == "of unknown type" and describe("binary") == "binary data"
+
+
+@pytest.mark.parametrize(
+    ("left", "right"),
+    [(col("i", "InvoiceDate"), lit("2010-01-01")), (col("i", "Total"), lit("12.5")), (col("i", "Total"), lit(3)),
+     (col("i", "InvoiceId"), lit(True))],
+)
+def test_comparisons_every_engine_takes_are_allowed(snapshot: SchemaSnapshot, scopes: dict[str, Scope],
+                                                     left: dict, right: dict) -> None:
+    check(plan(col("i", "Total"), where={"kind": "compare", "op": ">=", "left": left, "right": right}),
+          snapshot, scopes["admin"])
