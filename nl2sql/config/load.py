@@ -346,6 +346,17 @@ def check_config(config: Config, files: dict[str, str] | None = None) -> list[Co
                 ConfigProblem(file("llm"), f"llm.models.{name}.provider", f"unknown provider '{model.provider}'", fix)
             )
 
+    if config.settings.pipeline.max_cost_usd is not None:
+        from nl2sql.llm.prices import price_for
+
+        for name, model in llm.models.items():
+            if model.block is None and price_for(model.model, llm.prices) is None:
+                problems.append(ConfigProblem(
+                    file("llm"), f"llm.models.{name}.model",
+                    f"model '{model.model}' has no price, so settings.pipeline.max_cost_usd cannot be kept",
+                    f"add llm.prices.{model.model}: {{input: …, output: …}} (USD per 1M tokens), or unset "
+                    "settings.pipeline.max_cost_usd"))
+
     for index, hook in enumerate(config.hooks):
         if hook.use not in BUILTIN_HOOKS:
             problems.append(_unknown_plugin(file("hooks"), f"hooks[{index}].use", "hook", hook.use, BUILTIN_HOOKS))

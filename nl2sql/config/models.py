@@ -161,6 +161,7 @@ class ModelConfig(Strict):
     structured_output: Literal["json_schema", "json_object", "tools"] | None = None
     timeout_s: float = Field(default=60.0, gt=0)
     max_retries: int = Field(default=2, ge=0)
+    max_tokens: int = Field(default=4096, gt=0, description="Answer length cap (Anthropic requires one).")
 
 
 class PriceConfig(Strict):

@@ -1,0 +1,216 @@
+"""The models of a run: which model each node uses, structured output with parse retries, streaming, usage.
+
+One LLMClient per run (or per eval case): it resolves a node's model from `llm:` (the node's
+override, else the default), prices every call, feeds the run's Budget, and reports each call
+and each parse retry through callbacks (the events package turns them into llm.call and
+llm.parse_retry; this package knows nothing of Prefect or the bus).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from functools import cache
+from importlib.metadata import entry_points
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from nl2sql.config.models import LLM_NODES, LLMConfig, ModelConfig
+from nl2sql.errors import NL2SQLError, UnknownNameError
+from nl2sql.llm.budget import Budget
+from nl2sql.llm.models import CallRecord, LLMError, LLMParseError, LLMResponse, Message, Usage
+from nl2sql.llm.prices import call_cost, price_for
+from nl2sql.llm.schema import strict_json_schema
+from nl2sql.llm.wires import BACKOFF_S, AnthropicWire, ChatRequest, OnDelta, OpenAIWire, Wire
+
+T = TypeVar("T", bound=BaseModel)
+ENTRY_POINT_GROUP = "nl2sql.llm_providers"
+#: Built-in provider wires, registered exactly as a plugin's entry point would be.
+PROVIDERS: dict[str, type[Wire]] = {"openai": OpenAIWire, "anthropic": AnthropicWire}
+MAX_ERROR_LINES = 12
+
+#: Loads a saved LLMBlock: name → (provider, model, base_url, api_key).
+LLMBlockLoader = Callable[[str], tuple[str, str, str | None, str | None]]
+
+
+class ModelNotConfigured(NL2SQLError):
+    """No model is configured for a node that needs one."""
+
+    code = "LLM_NOT_CONFIGURED"
+
+
+def provider_class(name: str) -> type[Wire]:
+    """The wire class of a provider (built-in or from the `nl2sql.llm_providers` entry point group)."""
+    if name not in PROVIDERS:
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            if ep.name == name:
+                PROVIDERS[name] = ep.load()
+    if name not in PROVIDERS:
+        raise UnknownNameError("LLM provider", name, PROVIDERS)
+    return PROVIDERS[name]
+
+
+@cache
+def schema_for(model: type[BaseModel]) -> dict:
+    """The strict JSON schema of a structured-output model (PlanModel's, with its unions written once)."""
+    from nl2sql.plan.model import PlanModel
+
+    if model is PlanModel:
+        from nl2sql.plan.schema import plan_json_schema
+
+        return plan_json_schema()
+    return strict_json_schema(model)
+
+
+def validation_lines(exc: ValidationError | json.JSONDecodeError) -> list[str]:
+    """The errors of a bad answer as `path: message` lines (never the answer itself)."""
+    if isinstance(exc, json.JSONDecodeError):
+        return [f"(top): not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"]
+    from nl2sql.config.load import key_path
+
+    lines = [f"{key_path(tuple(e['loc'])) or '(top)'}: {e['msg']}" for e in exc.errors(include_url=False)]
+    return lines[:MAX_ERROR_LINES] + ([f"… and {len(lines) - MAX_ERROR_LINES} more"] if len(lines) > MAX_ERROR_LINES else [])
+
+
+class LLMClient:
+    """The run's access to models: per-node resolution, pricing, budget, records of every call."""
+
+    def __init__(
+        self,
+        config: LLMConfig,
+        *,
+        budget: Budget | None = None,
+        on_call: Callable[[CallRecord], None] | None = None,
+        on_parse_retry: Callable[[str, int, list[str]], None] | None = None,
+        block_loader: LLMBlockLoader | None = None,
+        http: httpx.Client | None = None,
+        backoff_s: float = BACKOFF_S,
+    ) -> None:
+        self.config = config
+        self.budget = budget or Budget()
+        self.on_call = on_call
+        self.on_parse_retry = on_parse_retry
+        self.block_loader = block_loader
+        self.http = http
+        self.backoff_s = backoff_s
+        self.records: list[CallRecord] = []
+        self._wires: dict[str, Wire] = {}
+
+    # --- models --------------------------------------------------------------------------------
+
+    def model_name_for(self, node: str) -> str | None:
+        """The configured model name for a node (its override, else the default), or None."""
+        if node not in LLM_NODES:
+            raise UnknownNameError("node", node, LLM_NODES)
+        return self.config.nodes.get(node) or self.config.default  # type: ignore[call-overload]
+
+    def configured(self, node: str) -> bool:
+        """Whether the node has a model."""
+        return self.model_name_for(node) is not None
+
+    def wire_for(self, node: str) -> Wire:
+        """The wire to call for a node (ModelNotConfigured when there is none)."""
+        name = self.model_name_for(node)
+        if name is None:
+            raise ModelNotConfigured(
+                f"No model is configured for the {node}.",
+                fix="Add one under llm.models and name it in llm.default (or llm.nodes." + node + "); "
+                "see docs/models.md, e.g. an OpenAI key: `models: {main: {provider: openai, model: gpt-4o-mini, "
+                "api_key: ${env:OPENAI_API_KEY}}}` with `default: main`.",
+                node=node)
+        if name not in self._wires:
+            self._wires[name] = self._build(name, self.config.models[name])
+        return self._wires[name]
+
+    def _build(self, name: str, config: ModelConfig) -> Wire:
+        api_key = None
+        if config.block:
+            if self.block_loader is None:
+                raise ModelNotConfigured(f"llm.models.{name} names block '{config.block}', which cannot be loaded here.",
+                                         fix="Run through the nl2sql CLI or flows (they load blocks), or set api_key.")
+            provider, model, base_url, api_key = self.block_loader(config.block)
+            config = config.model_copy(update={"provider": provider, "model": model, "base_url": base_url})
+        wire_class = provider_class(config.provider)
+        http = self.http or httpx.Client(timeout=httpx.Timeout(config.timeout_s, connect=10.0))
+        return wire_class(name, config, api_key=api_key, http=http, backoff_s=self.backoff_s)
+
+    # --- calls ---------------------------------------------------------------------------------
+
+    def _call(self, node: str, request: ChatRequest, *, on_delta: OnDelta | None = None) -> LLMResponse:
+        wire = self.wire_for(node)
+        self.budget.before_call()  # raises LimitReached: never caught by the retry loops below
+        prompt_chars = sum(len(m.content) for m in request.messages)
+        try:
+            response = wire.complete(request, on_delta=on_delta)
+        except LLMError as exc:
+            self._record(CallRecord(node=node, model=wire.config.model, provider=wire.provider, usage=Usage(),
+                                    cost_usd=None, latency_ms=0.0, prompt_chars=prompt_chars, ok=False,
+                                    error_code=exc.code))
+            raise
+        cost = call_cost(price_for(response.model, self.config.prices), response.usage)
+        self._record(CallRecord(node=node, model=response.model, provider=response.provider, usage=response.usage,
+                                cost_usd=cost, latency_ms=response.latency_ms, prompt_chars=prompt_chars, ok=True))
+        return response
+
+    def _record(self, record: CallRecord) -> None:
+        self.records.append(record)
+        if record.ok:
+            self.budget.after_call(record.cost_usd)
+        if self.on_call is not None:
+            self.on_call(record)
+
+    def structured(self, node: str, messages: list[Message], output: type[T], *, max_parse_retries: int = 2,
+                   schema_name: str | None = None) -> T:
+        """Ask for an answer that validates as `output`; on a bad answer, retry with its errors (not the answer)."""
+        name = schema_name or output.__name__
+        request = ChatRequest(node=node, messages=list(messages), schema=schema_for(output), schema_name=name)
+        for attempt in range(max_parse_retries + 1):
+            response = self._call(node, request)
+            try:
+                return output.model_validate(json.loads(response.text))
+            except (ValidationError, json.JSONDecodeError) as exc:
+                errors = validation_lines(exc)
+            if attempt == max_parse_retries:
+                raise LLMParseError(
+                    f"The {node} model's answer did not match {name} after {attempt + 1} attempts: "
+                    + "; ".join(errors[:3]),
+                    fix="Try a stronger model for this node, or one with native structured output "
+                    f"(llm.models.{self.wire_for(node).name}.structured_output).", node=node)
+            if self.on_parse_retry is not None:
+                self.on_parse_retry(node, attempt + 1, errors)
+            feedback = Message("user", "Your answer did not match the required schema:\n"
+                               + "\n".join(f"- {line}" for line in errors)
+                               + "\nAnswer again with JSON that matches the schema exactly.")
+            request = ChatRequest(node=node, messages=[*messages, feedback], schema=request.schema, schema_name=name)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def text(self, node: str, messages: list[Message], *, on_delta: OnDelta | None = None) -> str:
+        """A plain text answer, streamed through `on_delta` when given."""
+        return self._call(node, ChatRequest(node=node, messages=list(messages)), on_delta=on_delta).text
+
+    # --- totals --------------------------------------------------------------------------------
+
+    def usage(self) -> Usage:
+        """Token totals of the run's calls (None where no call reported a count)."""
+        total = Usage()
+        for record in self.records:
+            total = total + record.usage
+        return total
+
+    def cost_usd(self) -> float | None:
+        """Dollars spent on calls with a known cost (None when no call had one)."""
+        known = [r.cost_usd for r in self.records if r.cost_usd is not None]
+        return sum(known) if known else None
+
+    def summary(self) -> dict[str, Any]:
+        """Calls, usage and cost as a plain record."""
+        return {"calls": len(self.records), "usage": self.usage().model_dump(), "cost_usd": self.cost_usd(),
+                "unknown_cost_calls": sum(1 for r in self.records if r.ok and r.cost_usd is None)}
+
+    def close(self) -> None:
+        """Close the HTTP clients this client opened."""
+        for wire in self._wires.values():
+            if wire.http is not self.http:
+                wire.http.close()
