@@ -205,7 +205,8 @@ class FakeLLMServer(_FakeServer):
 
     def model_config(self, model: str = "fake-model", **overrides: Any) -> ModelConfig:
         """A ModelConfig that talks to this server."""
-        return ModelConfig(provider="openai", model=model, base_url=self.base_url, api_key="fake-key", **overrides)
+        return ModelConfig(**{"provider": "openai", "model": model, "base_url": self.base_url, "api_key": "fake-key",
+                               **overrides})
 
     def name_of(self, body: dict[str, Any]) -> str:
         """The schema name a request asks for (`text` when it asks for none)."""
@@ -261,7 +262,8 @@ class FakeAnthropicServer(_FakeServer):
 
     def model_config(self, model: str = "fake-claude", **overrides: Any) -> ModelConfig:
         """A ModelConfig that talks to this server."""
-        return ModelConfig(provider="anthropic", model=model, base_url=self.base_url, api_key="fake-key", **overrides)
+        return ModelConfig(**{"provider": "anthropic", "model": model, "base_url": self.base_url, "api_key": "fake-key",
+                               **overrides})
 
     def name_of(self, body: dict[str, Any]) -> str:
         """The forced tool's name, or `text`."""

@@ -57,6 +57,8 @@ class Wire:
     """Shared HTTP behaviour: retries with backoff on 429/5xx, timeouts, and one error per failure."""
 
     provider: ClassVar[str]
+    #: The environment variable the fix for a refused key suggests.
+    KEY_ENV: ClassVar[str] = "OPENAI_API_KEY"
 
     def __init__(self, name: str, config: ModelConfig, *, api_key: str | None = None,
                  http: httpx.Client | None = None, backoff_s: float = BACKOFF_S) -> None:
@@ -168,7 +170,7 @@ class Wire:
         detail = _error_detail(response)
         if status in (401, 403):
             return LLMAuthError(f"{self.where(node)} refused the API key (HTTP {status}{detail}).",
-                                fix=f"Set llm.models.{self.name}.api_key (e.g. ${{env:OPENAI_API_KEY}}) to a valid key.",
+                                fix=f"Set llm.models.{self.name}.api_key (e.g. ${{env:{self.KEY_ENV}}}) to a valid key.",
                                 node=node)
         if status == 404:
             return LLMModelNotFound(f"{self.where(node)} does not serve that model (HTTP 404{detail}).",
@@ -283,6 +285,7 @@ class AnthropicWire(Wire):
     """The Messages API; structured output through a forced tool call."""
 
     provider = "anthropic"
+    KEY_ENV = "ANTHROPIC_API_KEY"
     DEFAULT_BASE_URL = "https://api.anthropic.com"
     VERSION = "2023-06-01"
 

@@ -1,0 +1,174 @@
+"""Building one datasource's index: reflect → profile → entries → embed → FAISS → commit → snapshot and diff.
+
+Each stage is a plain function (the index flow runs them as Prefect tasks). Rebuilds are
+incremental: tables whose shape and row count are unchanged since the live build keep their
+entries (no profiling), and every entry's vector comes from the embedding cache when its text
+was embedded before, so a rebuild after one table changes embeds only that table's entries.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from nl2sql.config.models import ProfileSettings
+from nl2sql.datasources.base import Adapter
+from nl2sql.datasources.models import ColumnProfile, SchemaSnapshot
+from nl2sql.index.chunks import Entry, VerifiedQuery, build_entries, qualified
+from nl2sql.index.embed import Embedder
+from nl2sql.index.store import StateStore
+from nl2sql.index.vectors import build_index, recall_at_k, write_index
+from nl2sql.schema.snapshot import SchemaDiff, diff_snapshots, fingerprint, table_fingerprints
+
+#: (stage, done, total): how far a build has got, for progress bars and artifacts.
+Progress = Callable[[str, int, int], None]
+#: Texts per embedding call (progress is reported between calls).
+EMBED_CHUNK = 256
+
+
+@dataclass
+class BuildPlan:
+    """What a build will do: the snapshot, which tables need profiling, which entries carry over."""
+
+    snapshot: SchemaSnapshot
+    fingerprint: str
+    changed_tables: list[str]
+    reused: list[Entry] = field(default_factory=list)
+    previous: SchemaSnapshot | None = None
+
+
+@dataclass
+class BuildResult:
+    """What one build did."""
+
+    datasource_id: str
+    build_id: str
+    replaced: str | None
+    fingerprint: str
+    counts: dict[str, int]
+    embedded: int
+    cached: int
+    index_kind: str
+    recall_at_20: float | None
+    seconds: dict[str, float]
+    diff: SchemaDiff
+    tables: int
+    changed_tables: list[str]
+
+
+def plan_build(adapter: Adapter, store: StateStore, *, full: bool = False) -> BuildPlan:
+    """Reflect, and compare with the live build: which tables must be profiled again."""
+    snapshot = adapter.reflect()
+    live = store.live_build(adapter.datasource_id)
+    previous = store.snapshot(adapter.datasource_id, live.fingerprint) if live and live.fingerprint else None
+    names = [qualified(t) for t in snapshot.tables]
+    if full or live is None or previous is None:
+        return BuildPlan(snapshot, fingerprint(snapshot), names, previous=previous)
+    old_shapes, new_shapes = table_fingerprints(previous), table_fingerprints(snapshot)
+    old_rows = {qualified(t): t.row_count for t in previous.tables}
+    changed = [n for n in names if old_shapes.get(n) != new_shapes[n] or old_rows.get(n) != next(
+        t.row_count for t in snapshot.tables if qualified(t) == n)]
+    keep = set(names) - set(changed)
+    reused = [e for e in store.entries(live.build_id) if e.kind in ("table", "column", "relationship") and e.table in keep]
+    return BuildPlan(snapshot, fingerprint(snapshot), changed, reused=reused, previous=previous)
+
+
+def profile_tables(adapter: Adapter, plan: BuildPlan, settings: ProfileSettings,
+                   progress: Progress | None = None) -> list[ColumnProfile]:
+    """Profile the tables that changed (bounded by settings.profile)."""
+    profiles: list[ColumnProfile] = []
+    todo = [t for t in plan.snapshot.tables if qualified(t) in set(plan.changed_tables)]
+    for done, table in enumerate(todo, start=1):
+        profiles += adapter.profile(plan.snapshot, sample_rows=settings.sample_rows,
+                                    max_sample_values=settings.max_sample_values,
+                                    low_cardinality=settings.low_cardinality, tables=[table.name])
+        if progress:
+            progress("profile", done, len(todo))
+    return profiles
+
+
+def make_entries(plan: BuildPlan, profiles: Sequence[ColumnProfile], *, sample_questions: Sequence[str] = (),
+                 verified: Sequence[VerifiedQuery] = ()) -> list[Entry]:
+    """Entries of the changed tables, the reused ones, and the datasource-level ones, in schema order."""
+    changed = set(plan.changed_tables)
+    partial = plan.snapshot.model_copy(update={"tables": [t for t in plan.snapshot.tables if qualified(t) in changed]})
+    fresh = build_entries(partial, profiles, sample_questions=sample_questions, verified=verified)
+    order = {qualified(t): i for i, t in enumerate(plan.snapshot.tables)}
+    by_table = [e for e in [*plan.reused, *fresh] if e.table is not None and e.kind != "verified"]
+    by_table.sort(key=lambda e: (order.get(e.table or "", 1 << 30), ("table", "column", "relationship").index(e.kind)))
+    rest = [e for e in fresh if e.table is None or e.kind == "verified"]
+    return by_table + rest
+
+
+def embed_entries(entries: Sequence[Entry], embedder: Embedder, store: StateStore,
+                  progress: Progress | None = None) -> tuple[np.ndarray, int, int]:
+    """Vectors for every entry (from the cache where the text is known); (vectors, embedded, cached)."""
+    hashes = [e.text_hash for e in entries]
+    known = store.cached_vectors(embedder.model_id, hashes)
+    missing = list(dict.fromkeys(h for h in hashes if h not in known))
+    text_of = {e.text_hash: e.text for e in entries}
+    for start in range(0, len(missing), EMBED_CHUNK):
+        chunk = missing[start:start + EMBED_CHUNK]
+        vectors = embedder.embed([text_of[h] for h in chunk])
+        fresh = dict(zip(chunk, vectors, strict=True))
+        store.cache_vectors(embedder.model_id, fresh)  # kept even if the build dies later: nothing is lost
+        known.update(fresh)
+        if progress:
+            progress("embed", min(start + EMBED_CHUNK, len(missing)), len(missing))
+    matrix = np.stack([known[h] for h in hashes]) if hashes else np.zeros((0, embedder.dimensions), np.float32)
+    return matrix.astype(np.float32), len(missing), len(hashes) - len(missing)
+
+
+def build_datasource(adapter: Adapter, store: StateStore, embedder: Embedder, *, profile: ProfileSettings,
+                     keep: int = 3, sample_questions: Sequence[str] = (), verified: Sequence[VerifiedQuery] = (),
+                     full: bool = False, progress: Progress | None = None) -> BuildResult:
+    """Every stage for one datasource, in one call (the flow runs the same functions as tasks)."""
+    seconds: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def lap(stage: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        seconds[stage] = round(now - clock, 3)
+        clock = now
+
+    plan = plan_build(adapter, store, full=full)
+    lap("reflect")
+    profiles = profile_tables(adapter, plan, profile, progress)
+    lap("profile")
+    entries = make_entries(plan, profiles, sample_questions=sample_questions, verified=verified)
+    lap("entries")
+    build_id = store.begin_build(adapter.datasource_id, embedder.model_id)
+    try:
+        vectors, embedded, cached = embed_entries(entries, embedder, store, progress)
+        lap("embed")
+        result = commit_index(store, build_id, plan, entries, vectors, keep=keep)
+        lap("commit")
+    except BaseException as exc:
+        store.fail_build(build_id, f"{type(exc).__name__}: {exc}")
+        raise
+    replaced, kind, recall = result
+    return BuildResult(datasource_id=adapter.datasource_id, build_id=build_id, replaced=replaced,
+                       fingerprint=plan.fingerprint, counts=dict(Counter(e.kind for e in entries)), embedded=embedded,
+                       cached=cached, index_kind=kind, recall_at_20=recall, seconds=seconds,
+                       diff=diff_snapshots(plan.previous, plan.snapshot), tables=len(plan.snapshot.tables),
+                       changed_tables=plan.changed_tables)
+
+
+def commit_index(store: StateStore, build_id: str, plan: BuildPlan, entries: Sequence[Entry], vectors: np.ndarray,
+                 *, keep: int) -> tuple[str | None, str, float | None]:
+    """Write the FAISS file and the entries, then switch the live pointer; (replaced build, kind, recall@20)."""
+    index, kind = build_index(vectors)
+    recall = recall_at_k(index, vectors, k=20) if kind == "hnsw" else None
+    write_index(index, store.index_path(plan.snapshot.datasource_id, build_id))
+    store.write_entries(build_id, entries)
+    stats = {"counts": dict(Counter(e.kind for e in entries)), "recall_at_20": recall,
+             "changed_tables": len(plan.changed_tables)}
+    replaced = store.commit_build(build_id, snapshot=plan.snapshot, fingerprint=plan.fingerprint,
+                                  diff=diff_snapshots(plan.previous, plan.snapshot), index_kind=kind,
+                                  entry_count=len(entries), stats=stats, keep=keep)
+    return replaced, kind, recall

@@ -1,0 +1,159 @@
+"""Index entries: what a question about a table, a column, a relationship or a datasource would resemble.
+
+Each entry has a stable id (a hash of its datasource, kind and subject), a text to embed, and
+metadata. Names are also spelled as words (`BillingCountry` → "billing country", `hired_on` →
+"hired on"), since questions use words, not identifiers.
+
+>>> words("BillingCountry"), words("ticket_messages"), words("InvoiceLineId")
+('billing country', 'ticket messages', 'invoice line id')
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from nl2sql.datasources.models import ColumnProfile, SchemaSnapshot, TableInfo
+from nl2sql.plan.join_keys import category, dtype_of
+
+EntryKind = Literal["table", "column", "relationship", "example", "verified"]
+ENTRY_KINDS: tuple[EntryKind, ...] = ("table", "column", "relationship", "example", "verified")
+MAX_SAMPLES_IN_TEXT = 8
+MAX_COLUMNS_IN_TABLE_TEXT = 30
+
+
+class Entry(BaseModel):
+    """One thing the index can find."""
+
+    id: str
+    datasource_id: str
+    kind: EntryKind
+    text: str
+    table: str | None = None
+    column: str | None = None
+    tables: list[str] = Field(default_factory=list, description="Every table the entry is about (for scope checks).")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def text_hash(self) -> str:
+        """The key of the embedding cache: same text, same vector."""
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+
+class VerifiedQuery(BaseModel):
+    """A question with reviewed SQL (and named, typed parameters) that answers it."""
+
+    question: str
+    sql: str
+    datasource: str
+    parameters: dict[str, str] = Field(default_factory=dict)
+    tables: list[str] = Field(default_factory=list)
+
+
+def entry_id(*parts: str) -> str:
+    """A stable id from the entry's identifying parts."""
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:24]
+
+
+def words(name: str) -> str:
+    """An identifier as lower-case words."""
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", " ", name)
+    return re.sub(r"[_\-\s]+", " ", spaced).strip().lower()
+
+
+def qualified(table: TableInfo) -> str:
+    """`schema.table` outside the default schema, else `table`."""
+    return f"{table.schema_name}.{table.name}" if table.schema_name else table.name
+
+
+def _type_words(type_name: str) -> str:
+    cat = category(dtype_of(type_name))
+    return {"number": "number", "text": "text", "temporal": "date", "boolean": "yes/no", "binary": "binary"}.get(cat, "value")
+
+
+def table_entry(ds: str, table: TableInfo, description: str | None = None) -> Entry:
+    """A table: its name as words, its columns as words, the tables it refers to."""
+    columns = ", ".join(words(c.name) for c in table.columns[:MAX_COLUMNS_IN_TABLE_TEXT])
+    refs = sorted({words(fk.ref_table) for fk in table.foreign_keys})
+    text = f"{words(table.name)} table ({table.name}): {columns}."
+    if refs:
+        text += f" Each {words(table.name)} belongs to a {' and a '.join(refs)}."
+    if table.comment or description:
+        text += f" {table.comment or description}"
+    name = qualified(table)
+    return Entry(id=entry_id(ds, "table", name), datasource_id=ds, kind="table", text=text, table=name,
+                 tables=[name], metadata={"columns": len(table.columns), "rows": table.row_count})
+
+
+def column_entry(ds: str, table: TableInfo, column_name: str, type_name: str,
+                 profile: ColumnProfile | None) -> Entry:
+    """A column: the table and column as words, its kind of value, and frequent values when it has few."""
+    text = f"{words(column_name)} of {words(table.name)} ({table.name}.{column_name}), {_type_words(type_name)}"
+    meta: dict[str, Any] = {"type": type_name}
+    if profile is not None:
+        meta.update(null_share=profile.null_share, distinct=profile.distinct_count, min=profile.min, max=profile.max,
+                    samples=profile.sample_values)
+        if profile.sample_values:
+            text += ", for example " + ", ".join(profile.sample_values[:MAX_SAMPLES_IN_TEXT])
+        elif profile.min is not None and category(dtype_of(type_name)) == "temporal":
+            text += f", from {profile.min[:10]} to {(profile.max or '')[:10]}"
+    name = qualified(table)
+    return Entry(id=entry_id(ds, "column", name, column_name), datasource_id=ds, kind="column", text=text + ".",
+                 table=name, column=column_name, tables=[name], metadata=meta)
+
+
+def relationship_entries(ds: str, table: TableInfo) -> list[Entry]:
+    """One entry per foreign key: which table refers to which, in words."""
+    out = []
+    name = qualified(table)
+    for fk in table.foreign_keys:
+        target = f"{fk.ref_schema}.{fk.ref_table}" if fk.ref_schema else fk.ref_table
+        text = (f"{words(table.name)} linked to {words(fk.ref_table)}: {table.name}.{', '.join(fk.columns)} "
+                f"references {fk.ref_table}.{', '.join(fk.ref_columns)}.")
+        out.append(Entry(id=entry_id(ds, "relationship", name, ",".join(fk.columns), target), datasource_id=ds,
+                         kind="relationship", text=text, table=name, tables=[name, target],
+                         metadata={"columns": fk.columns, "ref_table": target, "ref_columns": fk.ref_columns}))
+    return out
+
+
+def example_entries(ds: str, questions: Iterable[str]) -> list[Entry]:
+    """The datasource's sample questions (blank and repeated ones skipped)."""
+    seen: set[str] = set()
+    out = []
+    for question in questions:
+        text = " ".join(question.split())
+        if not text or text.lower() in seen:
+            continue
+        seen.add(text.lower())
+        out.append(Entry(id=entry_id(ds, "example", text.lower()), datasource_id=ds, kind="example", text=text))
+    return out
+
+
+def verified_entries(ds: str, queries: Sequence[VerifiedQuery]) -> list[Entry]:
+    """Verified queries of this datasource: the question is what gets matched."""
+    return [
+        Entry(id=entry_id(ds, "verified", q.question.lower()), datasource_id=ds, kind="verified", text=q.question,
+              tables=list(q.tables), metadata={"sql": q.sql, "parameters": q.parameters})
+        for q in queries if q.datasource == ds
+    ]
+
+
+def build_entries(snapshot: SchemaSnapshot, profiles: Sequence[ColumnProfile], *,
+                  sample_questions: Sequence[str] = (), verified: Sequence[VerifiedQuery] = ()) -> list[Entry]:
+    """Every entry of one datasource, in a stable order."""
+    ds = snapshot.datasource_id
+    by_column = {(p.schema_name, p.table, p.column): p for p in profiles}
+    entries: list[Entry] = []
+    for table in snapshot.tables:
+        entries.append(table_entry(ds, table))
+        for col in table.columns:
+            entries.append(column_entry(ds, table, col.name, col.type,
+                                        by_column.get((table.schema_name, table.name, col.name))))
+        entries.extend(relationship_entries(ds, table))
+    entries.extend(example_entries(ds, sample_questions))
+    entries.extend(verified_entries(ds, verified))
+    return entries

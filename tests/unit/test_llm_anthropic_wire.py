@@ -1,0 +1,159 @@
+"""The Anthropic messages wire against FakeAnthropicServer on loopback: forced tool use, streaming,
+usage with cache reads and writes, retries and errors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import BaseModel
+
+from nl2sql.config.models import LLMConfig
+from nl2sql.llm import LLMAuthError, LLMClient, LLMRateLimited, Message, Usage
+from nl2sql.llm.client import schema_for
+from nl2sql.llm.fake import FakeAnswer, FakeAnthropicServer
+from nl2sql.llm.schema import anthropic_tool_violations
+from nl2sql.plan.model import PlanModel
+
+MESSAGES = [Message("system", "You write query plans."), Message("system", "Schema: Artist(ArtistId, Name)."),
+            Message("user", "How many artists are there?")]
+PLAN: dict[str, Any] = {
+    "select": [{"expr": {"kind": "aggregate", "func": "count", "arg": None, "distinct": False}, "alias": "artists"}],
+    "from": {"table": "Artist", "alias": None},
+    "where": {"kind": "like", "expr": {"kind": "column", "table": None, "column": "Name"}, "pattern": "The %",
+              "case_insensitive": True, "negated": False},
+}
+
+
+class Route(BaseModel):
+    """A small structured answer."""
+
+    datasource: str
+    confidence: float
+
+
+@pytest.fixture(scope="module")
+def running_server() -> Iterator[FakeAnthropicServer]:
+    with FakeAnthropicServer() as fake:
+        yield fake
+
+
+@pytest.fixture
+def server(running_server: FakeAnthropicServer) -> FakeAnthropicServer:
+    running_server.reset()
+    return running_server
+
+
+def make_client(server: FakeAnthropicServer, *, http: httpx.Client | None = None, **model: Any) -> LLMClient:
+    config = LLMConfig(models={"claude": server.model_config(**model)}, default="claude")
+    return LLMClient(config, backoff_s=0.01, http=http)
+
+
+def test_tool_use_round_trip_of_a_plan(server: FakeAnthropicServer) -> None:
+    server.answer("PlanModel", PLAN)
+    sent: list[httpx.Request] = []
+    with httpx.Client(timeout=5, event_hooks={"request": [sent.append]}) as http:
+        client = make_client(server, http=http, max_tokens=2048)
+        plan = client.structured("planner", MESSAGES, PlanModel)
+
+    assert plan == PlanModel.model_validate(PLAN)
+    (body,) = server.requests
+    assert body["model"] == "fake-claude"
+    assert body["max_tokens"] == 2048
+    assert body["system"] == "You write query plans.\n\nSchema: Artist(ArtistId, Name)."
+    assert body["messages"] == [{"role": "user", "content": "How many artists are there?"}]
+    (tool,) = body["tools"]
+    assert tool["name"] == "PlanModel"
+    assert tool["input_schema"] == schema_for(PlanModel)
+    assert anthropic_tool_violations(tool["input_schema"]) == []
+    assert body["tool_choice"] == {"type": "tool", "name": "PlanModel"}
+    assert "response_format" not in body
+    (request,) = sent
+    assert request.url.path == "/v1/messages"
+    assert request.headers["x-api-key"] == "fake-key"
+    assert request.headers["anthropic-version"] == "2023-06-01"
+    assert "authorization" not in request.headers
+    (record,) = client.records
+    assert record.ok and record.provider == "anthropic" and record.model == "fake-claude"
+
+
+def test_tool_use_parse_retry(server: FakeAnthropicServer) -> None:
+    server.answer("Route", {"datasource": "chinook"}, {"datasource": "chinook", "confidence": 0.9})
+    retries: list[list[str]] = []
+    client = make_client(server)
+    client.on_parse_retry = lambda node, attempt, errors: retries.append(errors)
+    assert client.structured("resolver", MESSAGES, Route) == Route(datasource="chinook", confidence=0.9)
+    assert retries == [["confidence: Field required"]]
+    retry = server.requests[1]
+    assert [m["role"] for m in retry["messages"]] == ["user", "user"]
+    assert "confidence: Field required" in retry["messages"][-1]["content"]
+
+
+def test_streaming_text_deltas(server: FakeAnthropicServer) -> None:
+    text = "There are 275 artists; 12 of them have names starting with 'The'."
+    server.answer("text", FakeAnswer(content=text, usage={"input_tokens": 30, "output_tokens": 18}))
+    deltas: list[str] = []
+    client = make_client(server)
+    assert client.text("synthesizer", MESSAGES, on_delta=deltas.append) == text
+    assert len(deltas) > 1 and "".join(deltas) == text
+    (body,) = server.requests
+    assert body["stream"] is True and "tools" not in body
+    # input from message_start, output from message_delta
+    assert client.records[0].usage == Usage(input_tokens=30, output_tokens=18)
+
+
+def test_usage_mapping_with_cache_reads_and_writes(server: FakeAnthropicServer) -> None:
+    server.answer("text", FakeAnswer(content="ok", usage={
+        "input_tokens": 100, "cache_read_input_tokens": 1000, "cache_creation_input_tokens": 2000,
+        "output_tokens": 50}))
+    client = make_client(server)
+    client.text("synthesizer", MESSAGES)
+    assert client.records[0].usage == Usage(input_tokens=3100, cached_input_tokens=1000, cache_write_tokens=2000,
+                                            output_tokens=50)
+
+
+def test_usage_mapping_when_streamed(server: FakeAnthropicServer) -> None:
+    server.answer("text", FakeAnswer(content="streamed ok", usage={
+        "input_tokens": 10, "cache_read_input_tokens": 500, "output_tokens": 7}))
+    client = make_client(server)
+    client.text("synthesizer", MESSAGES, on_delta=lambda piece: None)
+    assert client.records[0].usage == Usage(input_tokens=510, cached_input_tokens=500, output_tokens=7)
+
+
+def test_usage_absent_is_all_none(server: FakeAnthropicServer) -> None:
+    server.answer("text", FakeAnswer(content="ok", usage=None))
+    client = make_client(server)
+    client.text("synthesizer", MESSAGES)
+    assert client.records[0].usage == Usage()
+    assert client.records[0].cost_usd is None
+
+
+def test_429_retried(server: FakeAnthropicServer) -> None:
+    server.fail("PlanModel", 429, times=2, retry_after="0")
+    server.answer("PlanModel", PLAN)
+    client = make_client(server)
+    assert client.structured("planner", MESSAGES, PlanModel) == PlanModel.model_validate(PLAN)
+    assert server.calls("PlanModel") == 3
+
+
+def test_429_exhausted(server: FakeAnthropicServer) -> None:
+    server.fail("text", 429, times=2, retry_after="0")
+    client = make_client(server, max_retries=1)
+    with pytest.raises(LLMRateLimited) as info:
+        client.text("synthesizer", MESSAGES)
+    assert "llm.models.claude" in str(info.value) and "'fake-claude'" in str(info.value)
+    assert server.calls() == 2
+
+
+def test_401_is_an_auth_error(server: FakeAnthropicServer) -> None:
+    server.fail("text", 401)
+    client = make_client(server)
+    with pytest.raises(LLMAuthError) as info:
+        client.text("synthesizer", MESSAGES)
+    assert info.value.code == "LLM_AUTH"
+    assert "HTTP 401" in str(info.value)
+    assert "llm.models.claude.api_key" in (info.value.fix or "")
+    assert "${env:ANTHROPIC_API_KEY}" in (info.value.fix or "")
+    assert server.calls() == 1

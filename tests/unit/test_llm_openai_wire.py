@@ -1,0 +1,382 @@
+"""The OpenAI-compatible wire against FakeLLMServer on loopback: structured output in its three modes,
+parse retries, retries on 429/5xx, errors with fixes, timeouts, streaming and usage as reported.
+
+Every call goes over real HTTP; no key and no network beyond 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from nl2sql.config.models import LLMConfig, ModelConfig
+from nl2sql.llm import (
+    LLMAuthError,
+    LLMClient,
+    LLMModelNotFound,
+    LLMParseError,
+    LLMProviderError,
+    LLMRateLimited,
+    LLMTimeout,
+    Message,
+    Usage,
+)
+from nl2sql.llm.client import schema_for
+from nl2sql.llm.fake import FakeAnswer, FakeLLMServer
+from nl2sql.plan.model import PlanModel
+
+MESSAGES = [Message("system", "You write query plans."), Message("user", "Top customers by spend in 2011?")]
+
+#: A plan that touches most of PlanModel: joins, a correlated EXISTS, GROUP BY/HAVING, a window, CASE,
+#: date parts, ORDER BY with NULLS, LIMIT/OFFSET.
+PLAN: dict[str, Any] = {
+    "select": [
+        {"expr": {"kind": "column", "table": "c", "column": "CustomerId"}, "alias": None},
+        {"expr": {"kind": "function", "name": "concat", "args": [
+            {"kind": "column", "table": "c", "column": "FirstName"}, {"kind": "literal", "value": " "},
+            {"kind": "column", "table": "c", "column": "LastName"}]}, "alias": "name"},
+        {"expr": {"kind": "aggregate", "func": "sum", "arg": {"kind": "column", "table": "i", "column": "Total"},
+                  "distinct": False}, "alias": "spend"},
+        {"expr": {"kind": "window", "func": "rank", "arg": None, "partition_by": [],
+                  "order_by": [{"expr": {"kind": "aggregate", "func": "sum",
+                                         "arg": {"kind": "column", "table": "i", "column": "Total"},
+                                         "distinct": False},
+                                "direction": "desc", "nulls": None}]}, "alias": "spend_rank"},
+        {"expr": {"kind": "case", "whens": [
+            {"condition": {"kind": "compare", "op": ">",
+                           "left": {"kind": "aggregate", "func": "sum",
+                                    "arg": {"kind": "column", "table": "i", "column": "Total"}, "distinct": False},
+                           "right": {"kind": "literal", "value": 40}},
+             "then": {"kind": "literal", "value": "big"}}],
+            "otherwise": {"kind": "literal", "value": "small"}}, "alias": "tier"},
+    ],
+    "from": {"table": "Customer", "alias": "c"},
+    "joins": [{"type": "inner", "table": {"table": "Invoice", "alias": "i"},
+               "on": [{"left": {"kind": "column", "table": "i", "column": "CustomerId"},
+                       "right": {"kind": "column", "table": "c", "column": "CustomerId"}}]}],
+    "where": {"kind": "and", "conditions": [
+        {"kind": "compare", "op": "=",
+         "left": {"kind": "date_part", "part": "year", "arg": {"kind": "column", "table": "i", "column": "InvoiceDate"}},
+         "right": {"kind": "literal", "value": 2011}},
+        {"kind": "exists", "negated": False, "plan": {
+            "select": [{"expr": {"kind": "literal", "value": 1}, "alias": None}],
+            "from": {"table": "Employee", "alias": "e"},
+            "where": {"kind": "compare", "op": "=",
+                      "left": {"kind": "column", "table": "e", "column": "EmployeeId"},
+                      "right": {"kind": "column", "table": "c", "column": "SupportRepId"}}}},
+        {"kind": "not", "condition": {"kind": "is_null", "expr": {"kind": "column", "table": "c", "column": "Email"},
+                                      "negated": False}},
+    ]},
+    "group_by": [{"kind": "column", "table": "c", "column": "CustomerId"},
+                 {"kind": "column", "table": "c", "column": "FirstName"},
+                 {"kind": "column", "table": "c", "column": "LastName"}],
+    "having": {"kind": "compare", "op": ">=", "left": {"kind": "column", "table": None, "column": "spend"},
+               "right": {"kind": "literal", "value": 10}},
+    "order_by": [{"expr": {"kind": "column", "table": None, "column": "spend"}, "direction": "desc", "nulls": "last"}],
+    "limit": 10,
+    "offset": 0,
+    "distinct": False,
+}
+
+
+@pytest.fixture(scope="module")
+def running_server() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer() as fake:
+        yield fake
+
+
+@pytest.fixture
+def server(running_server: FakeLLMServer) -> FakeLLMServer:
+    """One server per module (stopping one takes half a second), its script and log fresh per test."""
+    running_server.reset()
+    return running_server
+
+
+class Sent:
+    """The headers of every request the client sent (an httpx request hook)."""
+
+    def __init__(self) -> None:
+        self.headers: list[httpx.Headers] = []
+
+    def __call__(self, request: httpx.Request) -> None:
+        self.headers.append(request.headers)
+
+
+def make_client(server: FakeLLMServer, *, http: httpx.Client | None = None, **model: Any) -> LLMClient:
+    """A client whose only model ('main', the default) is the fake server."""
+    config = LLMConfig(models={"main": server.model_config(**model)}, default="main")
+    return LLMClient(config, backoff_s=0.01, http=http)
+
+
+def last_user_text(body: dict[str, Any]) -> str:
+    return body["messages"][-1]["content"]
+
+
+# --- structured output -----------------------------------------------------------------------------
+
+
+def test_json_schema_round_trip_of_a_plan(server: FakeLLMServer) -> None:
+    server.answer("PlanModel", PLAN)
+    client = make_client(server)
+    plan = client.structured("planner", MESSAGES, PlanModel)
+
+    assert plan == PlanModel.model_validate(PLAN)
+    (body,) = server.requests
+    fmt = body["response_format"]
+    assert fmt["type"] == "json_schema"
+    assert fmt["json_schema"]["name"] == "PlanModel"
+    assert fmt["json_schema"]["strict"] is True
+    assert fmt["json_schema"]["schema"] == schema_for(PlanModel)
+    assert set(fmt["json_schema"]["schema"]["$defs"]) >= {"Expr", "Condition", "PlanModel"}
+    assert body["model"] == "fake-model"
+    assert body["messages"] == [{"role": "system", "content": "You write query plans."},
+                                {"role": "user", "content": "Top customers by spend in 2011?"}]
+    assert body["temperature"] == 0.0
+    assert "tools" not in body and "stream" not in body
+    (record,) = client.records
+    assert record.ok and record.node == "planner" and record.model == "fake-model" and record.provider == "openai"
+
+
+def test_json_object_mode_for_llama_cpp(server: FakeLLMServer) -> None:
+    server.answer("PlanModel", PLAN)
+    client = make_client(server, structured_output="json_object")
+    assert client.structured("planner", MESSAGES, PlanModel) == PlanModel.model_validate(PLAN)
+    (body,) = server.requests
+    fmt = body["response_format"]
+    assert fmt["type"] == "json_object"
+    assert "json_schema" not in fmt
+    assert {k: v for k, v in fmt["schema"].items() if k != "title"} == schema_for(PlanModel)
+    assert fmt["schema"]["title"] == "PlanModel"
+
+
+def test_tools_mode_forces_a_function_call(server: FakeLLMServer) -> None:
+    server.answer("PlanModel", PLAN)
+    client = make_client(server, structured_output="tools")
+    assert client.structured("planner", MESSAGES, PlanModel) == PlanModel.model_validate(PLAN)
+    (body,) = server.requests
+    assert "response_format" not in body
+    (tool,) = body["tools"]
+    assert tool["type"] == "function"
+    assert tool["function"]["name"] == "PlanModel"
+    assert tool["function"]["parameters"] == schema_for(PlanModel)
+    assert body["tool_choice"] == {"type": "function", "function": {"name": "PlanModel"}}
+
+
+# --- parse retries ---------------------------------------------------------------------------------
+
+
+def test_parse_retry_then_success(server: FakeLLMServer) -> None:
+    malformed = '{"select": [ MALFORMED_MARKER'
+    violating = {"from": {"table": "VIOLATING_MARKER", "alias": None}, "limit": "TEN_MARKER"}  # no select; bad limit
+    server.answer("PlanModel", malformed, violating, PLAN)
+    retries: list[tuple[str, int, list[str]]] = []
+    client = make_client(server)
+    client.on_parse_retry = lambda node, attempt, errors: retries.append((node, attempt, errors))
+
+    assert client.structured("planner", MESSAGES, PlanModel) == PlanModel.model_validate(PLAN)
+    assert server.calls("PlanModel") == 3
+    assert [(node, attempt) for node, attempt, _ in retries] == [("planner", 1), ("planner", 2)]
+    first, second = retries[0][2], retries[1][2]
+    assert first and first[0].startswith("(top): not valid JSON")
+    assert "select: Field required" in second
+    assert any(line.startswith("limit: ") for line in second)
+    assert all(": " in line for line in first + second)
+
+    retry_1, retry_2 = server.requests[1], server.requests[2]
+    for retry, errors in ((retry_1, first), (retry_2, second)):
+        # the original messages, then one feedback message: no assistant turn echoing the bad answer
+        assert [m["role"] for m in retry["messages"]] == ["system", "user", "user"]
+        assert retry["messages"][:2] == server.requests[0]["messages"]
+        feedback = last_user_text(retry)
+        assert all(line in feedback for line in errors)
+        assert retry["response_format"] == server.requests[0]["response_format"]
+    whole = json.dumps(server.requests[1:])
+    assert "MALFORMED_MARKER" not in whole and "VIOLATING_MARKER" not in whole and "TEN_MARKER" not in whole
+    assert len(client.records) == 3 and all(r.ok for r in client.records)
+
+
+def test_parse_retry_exhausted(server: FakeLLMServer) -> None:
+    server.answer("PlanModel", "not json", {"select": []}, "still not json")
+    client = make_client(server)
+    with pytest.raises(LLMParseError) as info:
+        client.structured("planner", MESSAGES, PlanModel, max_parse_retries=2)
+    err = info.value
+    assert err.code == "LLM_PARSE_FAILED"
+    assert err.node == "planner"
+    assert "planner" in str(err) and "PlanModel" in str(err) and "3 attempts" in str(err)
+    assert "llm.models.main.structured_output" in (err.fix or "")
+    assert server.calls("PlanModel") == 3
+
+
+# --- HTTP failures -----------------------------------------------------------------------------------
+
+
+def test_429_retried_then_success(server: FakeLLMServer) -> None:
+    server.fail("PlanModel", 429, times=2, retry_after="0")
+    server.answer("PlanModel", PLAN)
+    client = make_client(server)
+    assert client.structured("planner", MESSAGES, PlanModel) == PlanModel.model_validate(PLAN)
+    assert server.calls("PlanModel") == 3
+    assert len(client.records) == 1  # one logical call, its retries inside the wire
+
+
+def test_429_exhausted(server: FakeLLMServer) -> None:
+    server.fail("text", 429, times=3, retry_after="0")
+    client = make_client(server, max_retries=2)
+    with pytest.raises(LLMRateLimited) as info:
+        client.text("synthesizer", MESSAGES)
+    message = str(info.value)
+    assert "synthesizer" in message and "'fake-model'" in message and "llm.models.main" in message
+    assert "429 after 3 attempts" in message
+    assert info.value.fix and "retry" in info.value.fix.lower()
+    assert server.calls() == 3
+    (record,) = client.records
+    assert not record.ok and record.error_code == "LLM_RATE_LIMITED" and record.cost_usd is None
+
+
+def test_500_retried(server: FakeLLMServer) -> None:
+    server.fail("text", 500, times=1)
+    server.answer("text", "hello")
+    client = make_client(server)
+    assert client.text("synthesizer", MESSAGES) == "hello"
+    assert server.calls() == 2
+
+
+def test_500_exhausted_is_a_provider_error(server: FakeLLMServer) -> None:
+    server.fail("text", 503, times=2)
+    client = make_client(server, max_retries=1)
+    with pytest.raises(LLMProviderError) as info:
+        client.text("synthesizer", MESSAGES)
+    assert "HTTP 503 after 2 attempts" in str(info.value) and "scripted failure" in str(info.value)
+    assert server.calls() == 2
+
+
+def test_401_is_an_auth_error_not_retried(server: FakeLLMServer) -> None:
+    server.fail("text", 401)
+    client = make_client(server)
+    with pytest.raises(LLMAuthError) as info:
+        client.text("planner", MESSAGES)
+    assert info.value.code == "LLM_AUTH"
+    assert "llm.models.main.api_key" in (info.value.fix or "")
+    assert "${env:OPENAI_API_KEY}" in (info.value.fix or "")
+    assert "fake-key" not in str(info.value)
+    assert server.calls() == 1
+
+
+def test_404_is_model_not_found(server: FakeLLMServer) -> None:
+    server.fail("text", 404)
+    client = make_client(server)
+    with pytest.raises(LLMModelNotFound) as info:
+        client.text("planner", MESSAGES)
+    assert info.value.code == "LLM_MODEL_NOT_FOUND"
+    assert "llm.models.main.model" in (info.value.fix or "")
+    assert server.calls() == 1
+
+
+def test_timeout(server: FakeLLMServer) -> None:
+    server.answer("PlanModel", FakeAnswer(content=PLAN, delay_s=1))
+    client = make_client(server, timeout_s=0.3)
+    with pytest.raises(LLMTimeout) as info:
+        client.structured("planner", MESSAGES, PlanModel)
+    err = info.value
+    assert err.code == "LLM_TIMEOUT" and err.node == "planner"
+    assert "planner" in str(err) and "0.3 s" in str(err)
+    assert "llm.models.main.timeout_s" in (err.fix or "")
+    assert server.calls() == 1  # a timeout is not retried
+    client.close()
+
+
+def test_unreachable_endpoint() -> None:
+    with FakeLLMServer() as gone:
+        port = gone.port
+    model = ModelConfig(provider="openai", model="fake-model", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0)
+    config = LLMConfig(models={"main": model}, default="main")
+    with pytest.raises(LLMProviderError) as info:
+        LLMClient(config, backoff_s=0.01).text("planner", MESSAGES)
+    assert "cannot be reached" in str(info.value) and "base_url" in (info.value.fix or "")
+
+
+# --- streaming -------------------------------------------------------------------------------------
+
+
+def test_streaming_text_deltas(server: FakeLLMServer) -> None:
+    text = "Frank Harris spent the most in 2011, followed by Helena Holý and Richard Cunningham."
+    server.answer("text", FakeAnswer(content=text, usage={"prompt_tokens": 40, "completion_tokens": 21,
+                                                          "total_tokens": 61}))
+    deltas: list[str] = []
+    client = make_client(server)
+    assert client.text("synthesizer", MESSAGES, on_delta=deltas.append) == text
+    assert len(deltas) > 1 and "".join(deltas) == text
+    (body,) = server.requests
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert client.records[0].usage == Usage(input_tokens=40, output_tokens=21)
+
+
+def test_streaming_without_usage_chunk(server: FakeLLMServer) -> None:
+    server.answer("text", FakeAnswer(content="short answer", usage=None))
+    client = make_client(server)
+    deltas: list[str] = []
+    assert client.text("synthesizer", MESSAGES, on_delta=deltas.append) == "short answer"
+    assert client.records[0].usage == Usage()
+    assert client.records[0].cost_usd is None
+
+
+# --- usage ---------------------------------------------------------------------------------------
+
+
+def test_usage_absent_is_all_none(server: FakeLLMServer) -> None:
+    server.answer("text", FakeAnswer(content="hi", usage=None))
+    client = make_client(server)
+    client.text("synthesizer", MESSAGES)
+    usage = client.records[0].usage
+    assert usage == Usage()
+    assert all(value is None for value in usage.model_dump().values())
+    assert client.usage() == Usage()
+
+
+def test_usage_partial_sets_only_reported_counts(server: FakeLLMServer) -> None:
+    server.answer("text", FakeAnswer(content="hi", usage={"prompt_tokens": 12}))
+    client = make_client(server)
+    client.text("synthesizer", MESSAGES)
+    assert client.records[0].usage == Usage(input_tokens=12)
+    assert client.records[0].usage.output_tokens is None
+
+
+def test_usage_cached_and_reasoning_tokens(server: FakeLLMServer) -> None:
+    server.answer("text", FakeAnswer(content="hi", usage={
+        "prompt_tokens": 1200, "completion_tokens": 300, "total_tokens": 1500,
+        "prompt_tokens_details": {"cached_tokens": 1024},
+        "completion_tokens_details": {"reasoning_tokens": 256}}))
+    server.answer("text", FakeAnswer(content="hi", usage=None))
+    client = make_client(server)
+    client.text("synthesizer", MESSAGES)
+    client.text("synthesizer", MESSAGES)
+    expected = Usage(input_tokens=1200, cached_input_tokens=1024, output_tokens=300, reasoning_tokens=256)
+    assert client.records[0].usage == expected
+    assert client.usage() == expected  # an unreported call adds nothing, and does not turn counts into 0
+
+
+# --- request shape -------------------------------------------------------------------------------
+
+
+def test_temperature_none_omits_the_field(server: FakeLLMServer) -> None:
+    server.answer("text", "a", "b")
+    make_client(server, temperature="none").text("planner", MESSAGES)
+    make_client(server, temperature=0.7).text("planner", MESSAGES)
+    assert "temperature" not in server.requests[0]
+    assert server.requests[1]["temperature"] == 0.7
+
+
+def test_authorization_header_only_with_a_key(server: FakeLLMServer) -> None:
+    server.answer("text", "a", "b")
+    sent = Sent()
+    with httpx.Client(timeout=5, event_hooks={"request": [sent]}) as http:
+        make_client(server, http=http, api_key=None).text("planner", MESSAGES)
+        make_client(server, http=http).text("planner", MESSAGES)
+    no_key, with_key = sent.headers
+    assert "authorization" not in no_key
+    assert with_key["authorization"] == "Bearer fake-key"
