@@ -47,6 +47,19 @@ def load_datasource_url(name: str) -> str:
     return block.url.get_secret_value()
 
 
+def load_llm_block(name: str) -> tuple[str, str, str | None, str | None]:
+    """(provider, model, base_url, api_key) of the saved LLMBlock `name` (LLMError when there is none)."""
+    from nl2sql.llm.models import LLMError
+
+    try:
+        block = LLMBlock.load(name)
+    except ValueError as exc:
+        raise LLMError(f"No saved LLMBlock named '{name}'.",
+                       fix="Save one from Python: LLMBlock(provider=..., model=..., api_key=...).save(NAME), "
+                       "or configure the model in nl2sql.yaml.") from exc
+    return block.provider, block.model, block.base_url, block.api_key.get_secret_value() if block.api_key else None
+
+
 def save_datasource_block(name: str, url: str, *, overwrite: bool = False) -> None:
     """Save a DatasourceBlock holding `url` under `name`."""
     DatasourceBlock(url=SecretStr(url)).save(name, overwrite=overwrite)

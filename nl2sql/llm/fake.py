@@ -40,6 +40,7 @@ class FakeAnswer:
     error: str = "scripted failure"
     delay_s: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
+    finish_reason: str = "stop"  # "length" to act out an answer cut at max_tokens
 
 
 Script = FakeAnswer | dict | list | str
@@ -81,7 +82,8 @@ class _FakeServer:
         """Listen on 127.0.0.1 (random port) in a background thread."""
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.owner = self
-        threading.Thread(target=self._server.serve_forever, name=type(self).__name__, daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name=type(self).__name__,
+                         daemon=True).start()
         return self
 
     def stop(self) -> None:
@@ -159,7 +161,10 @@ class _FakeServer:
         if body.get("stream"):
             self._stream(handler, body, text, usage)
         else:
-            self._send_json(handler, 200, self.completion(body, text, usage), answer.headers)
+            payload = self.completion(body, text, usage)
+            if answer.finish_reason != "stop":
+                self.mark_cut(payload)
+            self._send_json(handler, 200, payload, answer.headers)
 
     @staticmethod
     def _send_json(handler: _Handler, status: int, payload: dict[str, Any], headers: dict[str, str]) -> None:
@@ -188,6 +193,9 @@ class _FakeServer:
         raise NotImplementedError
 
     def stream_events(self, body: dict[str, Any], text: str, usage: Any) -> list[dict[str, Any]]:  # pragma: no cover
+        raise NotImplementedError
+
+    def mark_cut(self, payload: dict[str, Any]) -> None:  # pragma: no cover - per wire
         raise NotImplementedError
 
 
@@ -238,6 +246,10 @@ class FakeLLMServer(_FakeServer):
             payload["usage"] = usage
         return payload
 
+    def mark_cut(self, payload: dict[str, Any]) -> None:
+        """Say the answer stopped at the length limit."""
+        payload["choices"][0]["finish_reason"] = "length"
+
     def stream_events(self, body: dict[str, Any], text: str, usage: Any) -> list[dict[str, Any]]:
         """chat.completion.chunk events, then a usage chunk when the client asked for it."""
         tools = body.get("tools") or []
@@ -286,6 +298,10 @@ class FakeAnthropicServer(_FakeServer):
         if usage is not None:
             payload["usage"] = usage
         return payload
+
+    def mark_cut(self, payload: dict[str, Any]) -> None:
+        """Say the answer stopped at max_tokens."""
+        payload["stop_reason"] = "max_tokens"
 
     def stream_events(self, body: dict[str, Any], text: str, usage: Any) -> list[dict[str, Any]]:
         """message_start, content block deltas (text or partial JSON), message_delta with output usage."""

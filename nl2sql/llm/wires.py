@@ -126,7 +126,8 @@ class Wire:
         attempt = 0
         while True:
             try:
-                request = self.http.build_request("POST", self.url(), json=body, headers=self.headers())
+                request = self.http.build_request("POST", self.url(), json=body, headers=self.headers(),
+                                                  timeout=httpx.Timeout(self.config.timeout_s, connect=10.0))
                 response = self.http.send(request, stream=stream)
             except httpx.TimeoutException as exc:
                 raise self._timeout(node) from exc
@@ -160,6 +161,10 @@ class Wire:
             except ValueError:
                 pass
         return min(self.backoff_s * 2 ** (attempt - 1) * (1 + random.random() / 4), MAX_BACKOFF_S)
+
+    def _truncated(self, node: str) -> LLMProviderError:
+        return LLMProviderError(f"{self.where(node)} stopped at its length limit before finishing the answer.",
+                                fix=f"Raise llm.models.{self.name}.max_tokens.", node=node)
 
     def _timeout(self, node: str) -> LLMTimeout:
         return LLMTimeout(f"{self.where(node)} did not answer within {self.config.timeout_s:g} s.",
@@ -242,7 +247,10 @@ class OpenAIWire(Wire):
 
     def parse(self, data: dict[str, Any], request: ChatRequest) -> tuple[str, Usage]:
         """Text (or the tool call's arguments) and usage of a non-streamed answer."""
-        message = data["choices"][0]["message"]
+        choice = data["choices"][0]
+        if choice.get("finish_reason") == "length":
+            raise self._truncated(request.node)
+        message = choice["message"]
         calls = message.get("tool_calls") or []
         text = calls[0]["function"]["arguments"] if calls else (message.get("content") or "")
         return text, self.usage(data.get("usage"))
@@ -323,6 +331,8 @@ class AnthropicWire(Wire):
 
     def parse(self, data: dict[str, Any], request: ChatRequest) -> tuple[str, Usage]:
         """The tool's input (as JSON text) or the text blocks, and usage."""
+        if data.get("stop_reason") == "max_tokens":
+            raise self._truncated(request.node)
         blocks = data["content"]
         tool = next((b for b in blocks if b.get("type") == "tool_use"), None)
         text = json.dumps(tool["input"]) if tool else "".join(b.get("text", "") for b in blocks)

@@ -42,3 +42,25 @@ def test_config_names_a_block(prefect_server: None, chinook_path: Path, tmp_path
     assert int(result.frame.iloc[0]["n"]) == 25
     with DatasourceCatalog(config) as catalog, pytest.raises(DatasourceError, match="cannot be loaded here"):
         catalog.get("music")
+
+
+def test_llm_block_feeds_the_client(prefect_server: None) -> None:
+    from pydantic import SecretStr
+
+    from nl2sql.blocks import LLMBlock, load_llm_block
+    from nl2sql.config.models import LLMConfig, ModelConfig
+    from nl2sql.llm import LLMClient, LLMError, Message
+    from nl2sql.llm.fake import FakeLLMServer
+
+    with FakeLLMServer() as server:
+        LLMBlock(provider="openai", model="fake-model", base_url=server.base_url,
+                 api_key=SecretStr("sk-hidden")).save("fake-llm", overwrite=True)
+        assert "sk-hidden" not in repr(LLMBlock.load("fake-llm"))
+        config = LLMConfig(models={"main": ModelConfig(provider="openai", model="placeholder", block="fake-llm")},
+                           default="main")
+        server.answer("text", "hi from the block's model")
+        client = LLMClient(config, block_loader=load_llm_block)
+        assert client.text("planner", [Message("user", "hello")]) == "hi from the block's model"
+        assert server.requests[-1]["model"] == "fake-model"
+    with pytest.raises(LLMError, match="No saved LLMBlock named 'missing'"):
+        load_llm_block("missing")

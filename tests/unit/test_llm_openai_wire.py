@@ -284,10 +284,18 @@ def test_timeout(server: FakeLLMServer) -> None:
         client.structured("planner", MESSAGES, PlanModel)
     err = info.value
     assert err.code == "LLM_TIMEOUT" and err.node == "planner"
-    assert "planner" in str(err) and "0.3 s" in str(err)
+    assert "planner" in str(err) and "0.3 s" in str(err) and "timeout_s" in str(err)
     assert "llm.models.main.timeout_s" in (err.fix or "")
     assert server.calls() == 1  # a timeout is not retried
     client.close()
+
+
+def test_timeout_s_holds_with_a_shared_http_client(server: FakeLLMServer) -> None:
+    server.answer("text", FakeAnswer(content="late", delay_s=1))
+    with httpx.Client(timeout=30) as http:
+        client = make_client(server, http=http, timeout_s=0.3)
+        with pytest.raises(LLMTimeout):
+            client.text("synthesizer", MESSAGES)
 
 
 def test_unreachable_endpoint() -> None:
@@ -380,3 +388,11 @@ def test_authorization_header_only_with_a_key(server: FakeLLMServer) -> None:
     no_key, with_key = sent.headers
     assert "authorization" not in no_key
     assert with_key["authorization"] == "Bearer fake-key"
+
+
+def test_an_answer_cut_at_the_length_limit_says_to_raise_max_tokens(server: FakeLLMServer) -> None:
+    server.answer("text", FakeAnswer(content="The top genre is", finish_reason="length"))
+    client = make_client(server)
+    with pytest.raises(LLMProviderError, match="length limit") as info:
+        client.text("synthesizer", MESSAGES)
+    assert "max_tokens" in str(info.value)

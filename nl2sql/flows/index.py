@@ -1,0 +1,174 @@
+"""The index build flow: per datasource, reflect → profile → entries → embed → commit (FAISS, live pointer,
+snapshot and diff), with progress and a summary as Prefect artifacts and index events on the bus."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
+from prefect.runtime import flow_run
+
+from nl2sql.blocks import load_datasource_url
+from nl2sql.config import Config, config_path, load_config
+from nl2sql.datasources import DatasourceCatalog
+from nl2sql.errors import DatasourceError, NL2SQLError
+from nl2sql.events import EventBus
+from nl2sql.events.prefect_events import forward_to_prefect
+from nl2sql.index.build import BuildResult
+from nl2sql.index.embed import shared_embedder
+from nl2sql.index.store import StateStore
+from nl2sql.schema.snapshot import diff_snapshots
+from nl2sql.tasks import index as steps
+
+#: Process-local listeners of build progress (the CLI's progress bar): (datasource, stage, done, total).
+PROGRESS_LISTENERS: list[Callable[[str, str, int, int], None]] = []
+
+
+def _run_name() -> str:
+    ids = flow_run.get_parameters().get("datasource_ids")
+    return "index " + (", ".join(ids) if ids else "all datasources")
+
+
+class _Progress:
+    """One progress artifact for the whole build (profiling is a fifth of a datasource, embedding the rest),
+    plus the process's listeners."""
+
+    WEIGHTS: ClassVar[dict[str, float]] = {"profile": 0.2, "embed": 0.8}
+
+    def __init__(self, datasource_ids: list[str]) -> None:
+        self.total = max(len(datasource_ids), 1)
+        self.finished = 0
+        self.current = 0.0
+        self.shown = 0.0
+        self.artifact_id = create_progress_artifact(0.0, description=f"Index build of {', '.join(datasource_ids)}")
+
+    def callback(self, datasource_id: str) -> Callable[[str, int, int], None]:
+        """A progress function for one datasource's stages."""
+        stages = {"profile": 0.0, "embed": 0.0}
+
+        def report(stage: str, done: int, total: int) -> None:
+            for listener in PROGRESS_LISTENERS:
+                listener(datasource_id, stage, done, total)
+            stages[stage] = done / max(total, 1)
+            self.current = sum(self.WEIGHTS[s] * v for s, v in stages.items())
+            self._show()
+
+        return report
+
+    def finished_one(self) -> None:
+        """A datasource is done (built or failed)."""
+        self.finished += 1
+        self.current = 0.0
+        self._show()
+
+    def _show(self) -> None:
+        percent = round(100 * (self.finished + self.current) / self.total, 1)
+        if percent - self.shown >= 2 or percent >= 100:  # a few updates, not one per batch
+            update_progress_artifact(self.artifact_id, min(percent, 100.0))
+            self.shown = percent
+
+
+def build_one(config: Config, catalog: DatasourceCatalog, store: StateStore, datasource_id: str, *, full: bool,
+              bus: EventBus, report: Callable[[str, int, int], None]) -> BuildResult:
+    """One datasource's build as tasks; events on the bus; the previous build stays live on any failure."""
+    ds = config.datasource(datasource_id)
+    embedder = shared_embedder()
+    bus.publish("index.started", datasource_id=datasource_id, full=full)
+    seconds: dict[str, float] = {}
+    started = time.perf_counter()
+    try:
+        adapter = catalog.get(datasource_id)
+        plan = steps.reflect(adapter, store, full=full)
+    except NL2SQLError as exc:
+        bus.publish("datasource.failed", datasource_id=datasource_id, message=exc.message, fix=exc.fix)
+        bus.publish("index.failed", datasource_id=datasource_id, message=str(exc))
+        raise
+    seconds["reflect"] = time.perf_counter() - started
+    try:
+        mark = time.perf_counter()
+        profiles = steps.profile(adapter, plan, config.settings.profile, report)
+        seconds["profile"] = time.perf_counter() - mark
+        mark = time.perf_counter()
+        entries = steps.entries(plan, profiles, sample_questions=ds.sample_questions)
+        seconds["entries"] = time.perf_counter() - mark
+        mark = time.perf_counter()
+        vectors, embedded, cached = steps.embed(entries, embedder, store, report)
+        seconds["embed"] = time.perf_counter() - mark
+        mark = time.perf_counter()
+        build_id = store.begin_build(datasource_id, embedder.model_id)
+        try:
+            replaced, kind, recall = steps.commit(store, build_id, plan, entries, vectors, keep=config.storage.keep_builds)
+        except BaseException as exc:
+            store.fail_build(build_id, f"{type(exc).__name__}: {exc}")
+            raise
+        seconds["commit"] = time.perf_counter() - mark
+    except Exception as exc:
+        bus.publish("index.failed", datasource_id=datasource_id, message=f"{type(exc).__name__}: {exc}")
+        raise
+    counts: dict[str, int] = {}
+    for entry in entries:
+        counts[entry.kind] = counts.get(entry.kind, 0) + 1
+    bus.publish("index.swapped", datasource_id=datasource_id, build_id=build_id, replaced_build_id=replaced,
+                counts=counts, embedded=embedded, cached=cached, changed_tables=len(plan.changed_tables))
+    return BuildResult(datasource_id=datasource_id, build_id=build_id, replaced=replaced, fingerprint=plan.fingerprint,
+                       counts=counts, embedded=embedded, cached=cached, index_kind=kind, recall_at_20=recall,
+                       seconds={k: round(v, 3) for k, v in seconds.items()},
+                       diff=diff_snapshots(plan.previous, plan.snapshot), tables=len(plan.snapshot.tables),
+                       changed_tables=plan.changed_tables)
+
+
+def summary_markdown(results: list[BuildResult], failures: dict[str, str]) -> str:
+    """The build's summary: one row per datasource, then what changed and what failed."""
+    lines = ["# Index build", "", "| datasource | tables | entries | embedded / cached | index | seconds per stage |",
+             "|---|---|---|---|---|---|"]
+    for r in results:
+        entries = ", ".join(f"{k} {v}" for k, v in sorted(r.counts.items()))
+        stages = ", ".join(f"{k} {v:.2f}" for k, v in r.seconds.items())
+        lines.append(f"| {r.datasource_id} | {r.tables} | {entries} | {r.embedded} / {r.cached} | {r.index_kind} | {stages} |")
+    lines += ["", "## What changed", ""]
+    lines += [f"- **{r.datasource_id}**: {r.diff.summary()}" + (f" (replaces build {r.replaced})" if r.replaced else
+                                                              " (first build)") for r in results]
+    if failures:
+        lines += ["", "## Failed", ""] + [f"- **{ds}**: {message}" for ds, message in failures.items()]
+    return "\n".join(lines)
+
+
+@flow(name="index-build", flow_run_name=_run_name, log_prints=False)
+def index_build(datasource_ids: list[str] | None = None, config: str | None = None, full: bool = False) -> dict[str, Any]:
+    """Build (or incrementally rebuild) the index of each datasource; the previous build serves until commit."""
+    logger = get_run_logger()
+    cfg = load_config(config_path(config))
+    ids = datasource_ids or [d.id for d in cfg.datasources]
+    for ds in ids:
+        cfg.datasource(ds)
+    store = StateStore(cfg.state_dir)
+    bus = EventBus(trace_id=str(flow_run.get_id()))
+    bus.subscribe(forward_to_prefect)
+    progress = _Progress(ids)
+    results: list[BuildResult] = []
+    failures: dict[str, str] = {}
+    with DatasourceCatalog(cfg, block_loader=load_datasource_url) as catalog:
+        for ds in ids:
+            try:
+                results.append(build_one(cfg, catalog, store, ds, full=full, bus=bus, report=progress.callback(ds)))
+            except (NL2SQLError, DatasourceError) as exc:
+                failures[ds] = str(exc)
+                logger.error("index build of %s failed: %s", ds, exc)
+            progress.finished_one()
+    create_markdown_artifact(summary_markdown(results, failures), key="index-build-summary",
+                             description="What the index build did")
+    outcome = {"builds": [_as_dict(r) for r in results], "failures": failures}
+    if failures and not results:
+        raise NL2SQLError("Every datasource failed to build: " + "; ".join(f"{k}: {v}" for k, v in failures.items()))
+    return outcome
+
+
+def _as_dict(result: BuildResult) -> dict[str, Any]:
+    return {"datasource_id": result.datasource_id, "build_id": result.build_id, "replaced": result.replaced,
+            "fingerprint": result.fingerprint, "tables": result.tables, "counts": result.counts,
+            "embedded": result.embedded, "cached": result.cached, "index_kind": result.index_kind,
+            "recall_at_20": result.recall_at_20, "seconds": result.seconds, "changes": result.diff.summary(),
+            "changed_tables": result.changed_tables}
