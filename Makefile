@@ -19,6 +19,8 @@ install: $(STAMP)
 demo: install
 	$(BIN)/nl2sql init --demo $(DEMO) --force
 	$(NL2SQL) datasources list
+	$(NL2SQL) index build
+	$(NL2SQL) retrieve "How many urgent tickets are still open?" --role admin
 	$(NL2SQL) sql "SELECT strftime('%Y', InvoiceDate) AS year, ROUND(SUM(Total), 2) AS revenue FROM Invoice GROUP BY year ORDER BY year" --datasource chinook --role analyst
 	$(NL2SQL) sql "SELECT priority, COUNT(*) AS open_tickets FROM tickets WHERE status IN ('open', 'pending') GROUP BY priority ORDER BY open_tickets DESC" --datasource support --role support
 	$(NL2SQL) sql "SELECT utm_campaign, COUNT(*) AS orders, SUM(amount) AS revenue FROM web_orders JOIN sessions USING (session_id) WHERE utm_campaign IS NOT NULL GROUP BY utm_campaign ORDER BY orders DESC LIMIT 3" --datasource webanalytics --role analyst

@@ -30,6 +30,16 @@ def demo_config(demo_dir: Path) -> Config:
 
 
 @pytest.fixture(scope="session")
+def demo_index(demo_config: Config, tmp_path_factory: pytest.TempPathFactory):
+    """The demo's index, built once per session into its own state folder (an IndexService over it)."""
+    from nl2sql.index.service import IndexService
+    from tests.support.index import build_demo_index
+
+    store = build_demo_index(demo_config, tmp_path_factory.mktemp("state"))
+    return IndexService(demo_config, store=store)
+
+
+@pytest.fixture(scope="session")
 def chinook_path() -> Path:
     """The vendored Chinook database (read it, never write it)."""
     return CHINOOK

@@ -6,6 +6,7 @@ timeout); 2 a usage error (bad arguments, configuration, unknown names, SQL the 
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -44,6 +45,7 @@ class State:
 
         config = load_config(config_path(self.config_option))
         prepare_prefect_env(config.state_dir)
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # the CLI shows its own progress
         return config
 
 
@@ -67,7 +69,7 @@ def block_loader(name: str) -> str:
 
 def register_commands() -> None:
     """Attach the command modules (kept in their own files, one concern each)."""
-    from nl2sql.cli import data_commands, plan_commands  # noqa: F401  (register on import)
+    from nl2sql.cli import data_commands, index_commands, plan_commands  # noqa: F401  (register on import)
 
 
 def main(argv: list[str] | None = None) -> None:

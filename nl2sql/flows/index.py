@@ -94,17 +94,17 @@ def build_one(config: Config, catalog: DatasourceCatalog, store: StateStore, dat
         mark = time.perf_counter()
         entries = steps.entries(plan, profiles, sample_questions=ds.sample_questions)
         seconds["entries"] = time.perf_counter() - mark
-        mark = time.perf_counter()
-        vectors, embedded, cached = steps.embed(entries, embedder, store, report)
-        seconds["embed"] = time.perf_counter() - mark
-        mark = time.perf_counter()
-        build_id = store.begin_build(datasource_id, embedder.model_id)
+        build_id = store.begin_build(datasource_id, embedder.model_id)  # invisible until it commits
         try:
+            mark = time.perf_counter()
+            vectors, embedded, cached = steps.embed(entries, embedder, store, report)
+            seconds["embed"] = time.perf_counter() - mark
+            mark = time.perf_counter()
             replaced, kind, recall = steps.commit(store, build_id, plan, entries, vectors, keep=config.storage.keep_builds)
+            seconds["commit"] = time.perf_counter() - mark
         except BaseException as exc:
             store.fail_build(build_id, f"{type(exc).__name__}: {exc}")
             raise
-        seconds["commit"] = time.perf_counter() - mark
     except Exception as exc:
         bus.publish("index.failed", datasource_id=datasource_id, message=f"{type(exc).__name__}: {exc}")
         raise

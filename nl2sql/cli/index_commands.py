@@ -1,0 +1,129 @@
+"""`nl2sql index build|versions` and `nl2sql retrieve`."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, Progress, TaskID, TextColumn
+from rich.table import Table
+
+from nl2sql.cli.data_commands import JsonOption, RoleOption, console
+from nl2sql.cli.main import app, err_console
+
+index_app = typer.Typer(help="The schema index: build it, list its versions.", no_args_is_help=True)
+app.add_typer(index_app, name="index")
+
+
+@index_app.command("build")
+def index_build_command(
+    ctx: typer.Context,
+    datasource: Annotated[list[str] | None, typer.Option("--datasource", "-d", help="Only these datasources.")] = None,
+    full: Annotated[bool, typer.Option("--full", help="Profile and embed every table again.")] = False,
+) -> None:
+    """Build the index (a Prefect flow run): reflect, profile, embed, and switch each datasource's live build."""
+    config = ctx.obj.config()
+    for ds in datasource or []:
+        config.datasource(ds)
+    from nl2sql.flows.index import PROGRESS_LISTENERS, index_build
+
+    with Progress(TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  console=console, transient=True) as bar:
+        tasks: dict[tuple[str, str], TaskID] = {}
+
+        def show(ds: str, stage: str, done: int, total: int) -> None:
+            key = (ds, stage)
+            if key not in tasks:
+                tasks[key] = bar.add_task(f"{ds}: {stage}", total=total)
+            bar.update(tasks[key], completed=done, total=total)
+
+        PROGRESS_LISTENERS.append(show)
+        try:
+            outcome = index_build(datasource_ids=datasource or None, config=str(config.path), full=full)
+        finally:
+            PROGRESS_LISTENERS.remove(show)
+    table = Table("datasource", "tables", "entries", "embedded", "cached", "index", "seconds", "changes",
+                  title="Index builds")
+    for b in outcome["builds"]:
+        table.add_row(b["datasource_id"], str(b["tables"]), str(sum(b["counts"].values())), str(b["embedded"]),
+                      str(b["cached"]), b["index_kind"], f"{sum(b['seconds'].values()):.1f}", b["changes"])
+    console.print(table)
+    for ds, message in outcome["failures"].items():
+        console.print(f"[bold red]{ds} failed[/]: {message}")
+    if outcome["failures"]:
+        raise typer.Exit(1)
+
+
+@index_app.command("versions")
+def index_versions(ctx: typer.Context, datasource: Annotated[str, typer.Argument(help="Datasource id.")],
+                   as_json: JsonOption = False) -> None:
+    """The builds of a datasource's index, newest first (the live one marked)."""
+    import datetime as dt
+
+    from nl2sql.index.store import StateStore
+
+    config = ctx.obj.config()
+    config.datasource(datasource)
+    store = StateStore(config.state_dir)
+    live = store.live_build(datasource)
+    builds = store.builds(datasource)
+    if as_json:
+        typer.echo(json.dumps([{**vars(b), "live": live is not None and b.build_id == live.build_id} for b in builds],
+                              default=str, indent=2))
+        return
+    table = Table("build", "status", "started", "entries", "index", "fingerprint", "", title=f"Index builds of {datasource}")
+    for b in builds:
+        started = dt.datetime.fromtimestamp(b.started_at).strftime("%Y-%m-%d %H:%M:%S")
+        table.add_row(b.build_id, b.status, started, str(b.entry_count or ""), b.index_kind or "", b.fingerprint or "",
+                      "live" if live and b.build_id == live.build_id else "")
+    console.print(table)
+    if not builds:
+        console.print(f"No builds yet: run `nl2sql index build --datasource {datasource}`.")
+
+
+@app.command("retrieve")
+def retrieve_command(
+    ctx: typer.Context,
+    question: Annotated[str, typer.Argument(help="A question in plain language.")],
+    role: RoleOption = None,
+    datasource: Annotated[str | None, typer.Option("--datasource", "-d", help="Skip routing: use this datasource.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show how a question routes across datasources and the schema the planner would get."""
+    from nl2sql.errors import NL2SQLError
+    from nl2sql.index.service import IndexService
+
+    config = ctx.obj.config()
+    if datasource:
+        config.datasource(datasource)
+    service = IndexService(config)
+    wanted = [datasource] if datasource else [d.id for d in config.datasources]
+    missing = service.unbuilt(wanted)
+    if len(missing) == len(wanted):
+        raise NL2SQLError(f"No index for {', '.join(missing)} yet.", fix="Run `nl2sql index build` first.")
+    if missing:
+        err_console.print(f"[yellow]Not indexed yet, so not routed to[/]: {', '.join(missing)} "
+                          "(run `nl2sql index build`).")
+    result = service.retrieve(question, role, datasource, among=[ds for ds in wanted if ds not in missing])
+    if as_json:
+        payload = {"routing": result.routing.explanation(),
+                   "schema": None if result.schema is None else {
+                       "datasource": result.schema.datasource_id, "tables": result.schema.table_names(),
+                       "columns": {t.name: [c.name for c in t.columns] for t in result.schema.tables},
+                       "foreign_keys": result.schema.foreign_keys}}
+        typer.echo(json.dumps(payload, indent=2))
+        return
+    table = Table("datasource", "fused score", "best similarity", "votes (table/column/example/verified)", "",
+                  title="Routing")
+    for c in result.routing.candidates:
+        votes = "/".join(str(c.votes.get(s, 0)) for s in ("table", "column", "example", "verified"))
+        verdict = "picked" if c.datasource_id in result.routing.picks else result.routing.dropped.get(c.datasource_id, "")
+        table.add_row(c.datasource_id, f"{c.score:.4f}", f"{c.similarity:.3f}", votes, verdict)
+    console.print(table)
+    if result.schema is not None:
+        console.print(f"[bold]Schema for the planner[/] ({result.schema.datasource_id}, "
+                      f"{len(result.schema.tables)} tables, {result.schema.column_count} columns):")
+        console.print(result.schema.render(), highlight=False, markup=False)
+        for fk in result.schema.foreign_keys:
+            console.print(f"  {fk}", markup=False)

@@ -1,0 +1,69 @@
+"""The index as the rest of the engine uses it: routing and schema retrieval for a caller, from settings."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from nl2sql.config.models import Config
+from nl2sql.errors import SecurityViolation
+from nl2sql.index.embed import shared_embedder
+from nl2sql.index.retrieve import RetrievedSchema, Retriever
+from nl2sql.index.route import Routing, route
+from nl2sql.index.store import StateStore
+from nl2sql.policies import reachable_datasources, scope
+
+
+@dataclass
+class Retrieval:
+    """Routing across the caller's datasources, and the schema the planner would see for the best one."""
+
+    routing: Routing
+    schema: RetrievedSchema | None
+
+
+class IndexService:
+    """Routing and retrieval over the live builds of a project's state folder."""
+
+    def __init__(self, config: Config, store: StateStore | None = None, retriever: Retriever | None = None) -> None:
+        self.config = config
+        self.store = store or StateStore(config.state_dir)
+        self.retriever = retriever or Retriever(self.store, shared_embedder())
+
+    def unbuilt(self, datasource_ids: Sequence[str]) -> list[str]:
+        """Datasources with no live build yet."""
+        return [ds for ds in datasource_ids if self.store.live_build(ds) is None]
+
+    def route(self, question: str, roles: Sequence[str] | str | None, datasource_ids: Sequence[str] | None = None) -> Routing:
+        """Rank the caller's reachable datasources (SecurityViolation, with no search, when none is)."""
+        ids = list(datasource_ids or [d.id for d in self.config.datasources])
+        reachable = reachable_datasources(self.config.policies, roles, ids)
+        if not reachable:
+            raise SecurityViolation(node="resolver")
+        scopes = {ds: scope(self.config.policies, roles, ds) for ds in reachable}
+        settings = self.config.settings.routing
+        return route(self.retriever, question, reachable, lambda ds, table: _allows(scopes[ds], table),
+                     vote_k=settings.vote_k, rrf_k=settings.rrf_k, floor_ratio=settings.floor_ratio,
+                     limit=settings.shortlist)
+
+    def schema(self, question: str, roles: Sequence[str] | str | None, datasource_id: str) -> RetrievedSchema:
+        """The tables and columns of one datasource the planner should see for this caller and question."""
+        caller = scope(self.config.policies, roles, datasource_id)
+        if not caller.reachable:
+            raise SecurityViolation(datasource=datasource_id, node="schema_retrieval")
+        s = self.config.settings.retrieval
+        return self.retriever.schema_for(question, datasource_id, lambda table: _allows(caller, table),
+                                         table_k=s.table_k, planning_k=s.planning_k,
+                                         wide_table_columns=s.wide_table_columns, mmr_lambda=s.mmr_lambda)
+
+    def retrieve(self, question: str, roles: Sequence[str] | str | None, datasource_id: str | None = None,
+                 among: Sequence[str] | None = None) -> Retrieval:
+        """Routing (among the given datasources, default all), then the schema of the chosen (or given) one."""
+        routing = self.route(question, roles, [datasource_id] if datasource_id else among)
+        target = datasource_id or (routing.picks[0] if routing.picks else None)
+        return Retrieval(routing, self.schema(question, roles, target) if target else None)
+
+
+def _allows(caller, table: str) -> bool:  # noqa: ANN001 (a Scope)
+    schema, _, name = table.rpartition(".")
+    return caller.allows(name, schema or None)

@@ -1,0 +1,77 @@
+"""The index_build flow on a real (test) Prefect server: tasks per step, events, artifacts, failures."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nl2sql.config import load_config
+from nl2sql.events import Event
+from nl2sql.index import StateStore
+
+pytestmark = pytest.mark.prefect
+
+
+@pytest.fixture
+def project(demo_dir: Path, tmp_path: Path) -> Path:
+    """A copy of the demo project with its own state folder (and a fourth, broken datasource)."""
+    target = tmp_path / "project"
+    shutil.copytree(demo_dir, target, ignore=shutil.ignore_patterns(".nl2sql"))
+    config = yaml.safe_load((target / "nl2sql.yaml").read_text())
+    config["datasources"].append({"id": "gone", "url": "sqlite:///data/missing.sqlite"})
+    (target / "nl2sql.yaml").write_text(yaml.safe_dump(config))
+    return target / "nl2sql.yaml"
+
+
+def test_flow_builds_publishes_and_reports(prefect_server: None, project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    from nl2sql.flows import index as flow_module
+
+    seen: list[Event] = []
+    monkeypatch.setattr(flow_module, "forward_to_prefect", seen.append)
+    state = flow_module.index_build(config=str(project), return_state=True)
+    outcome = state.result()
+    assert [b["datasource_id"] for b in outcome["builds"]] == ["chinook", "support", "webanalytics"]
+    assert "gone" in outcome["failures"] and "Database file not found" in outcome["failures"]["gone"]
+
+    names = [(e.name, e.data["datasource_id"]) for e in seen]
+    assert names[:2] == [("index.started", "chinook"), ("index.swapped", "chinook")]
+    assert ("datasource.failed", "gone") in names and ("index.failed", "gone") in names
+    swapped = next(e for e in seen if e.name == "index.swapped" and e.data["datasource_id"] == "support")
+    assert swapped.data["counts"]["table"] == 4 and swapped.data["replaced_build_id"] is None
+
+    store = StateStore(load_config(project).state_dir)
+    assert store.live_build("chinook").build_id == outcome["builds"][0]["build_id"]
+
+    import asyncio
+
+    async def artifacts() -> list:
+        async with get_client() as client:
+            flt = ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id]))
+            return await client.read_artifacts(artifact_filter=flt)
+
+    kinds = {a.type for a in asyncio.run(artifacts())}
+    assert {"markdown", "progress"} <= kinds
+
+
+def test_cli_build_then_retrieve(prefect_server: None, project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.e2e.test_cli import run_cli
+
+    code, out, err = run_cli(capsys, "-c", str(project), "index", "build", "-d", "support", "-d", "chinook")
+    assert code == 0, err
+    assert "support" in out and "chinook" in out
+    code, out, err = run_cli(capsys, "-c", str(project), "retrieve", "How many urgent tickets are still open?",
+                             "--role", "admin", "--json")
+    assert code == 0, err
+    import json
+
+    payload = json.loads(out)
+    assert payload["routing"]["picks"][0] == "support"
+    assert "tickets" in payload["schema"]["tables"]
+    code, out, _ = run_cli(capsys, "-c", str(project), "index", "versions", "support", "--json")
+    assert code == 0 and json.loads(out)[0]["live"] is True

@@ -1,0 +1,101 @@
+"""Builds are atomic and versioned; rebuilds are incremental; snapshots and diffs are recorded."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from nl2sql.config.models import ProfileSettings
+from nl2sql.datasources import adapter_class
+from nl2sql.index import StateStore, build_datasource
+from nl2sql.index.embed import shared_embedder
+from nl2sql.index.retrieve import Retriever
+
+
+@pytest.fixture
+def support_copy(demo_dir: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "support.sqlite"
+    shutil.copyfile(demo_dir / "data" / "support.sqlite", target)
+    return target
+
+
+def build(path: Path, store: StateStore, **kwargs):
+    adapter = adapter_class("sqlite")("support", f"sqlite:///{path}")
+    try:
+        return build_datasource(adapter, store, shared_embedder(), profile=ProfileSettings(), keep=2, **kwargs)
+    finally:
+        adapter.close()
+
+
+def test_rebuild_after_one_table_changes_embeds_only_that_table(support_copy: Path, tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state")
+    first = build(support_copy, store, sample_questions=["How many tickets are open?"])
+    assert first.replaced is None and first.embedded == sum(first.counts.values()) and first.cached == 0
+    again = build(support_copy, store, sample_questions=["How many tickets are open?"])
+    assert again.embedded == 0 and again.changed_tables == [] and again.replaced == first.build_id
+    with sqlite3.connect(support_copy) as conn:
+        conn.execute("ALTER TABLE agents ADD COLUMN region TEXT")
+    changed = build(support_copy, store, sample_questions=["How many tickets are open?"])
+    assert changed.changed_tables == ["agents"]
+    assert 0 < changed.embedded <= 7  # the agents table's entries only (its text and columns)
+    assert changed.diff.added_columns == ["agents.region"]
+    diffs = store.diffs("support")
+    assert [d[3].added_columns for d in diffs][-1] == ["agents.region"]
+
+
+def test_keeps_the_last_n_builds_and_never_the_live_one_goes(support_copy: Path, tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state")
+    builds = [build(support_copy, store).build_id for _ in range(4)]
+    statuses = {b.build_id: b.status for b in store.builds("support")}
+    assert [statuses[b] for b in builds] == ["pruned", "pruned", "committed", "committed"]
+    assert store.live_build("support").build_id == builds[-1]
+    assert not store.index_path("support", builds[0]).exists()
+    assert store.index_path("support", builds[-1]).exists()
+
+
+def test_a_failed_build_leaves_the_previous_one_live(support_copy: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    store = StateStore(tmp_path / "state")
+    good = build(support_copy, store)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr("nl2sql.index.build.write_index", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        build(support_copy, store)
+    assert store.live_build("support").build_id == good.build_id
+    assert [b.status for b in store.builds("support")][0] == "failed"
+    retriever = Retriever(store, shared_embedder())
+    assert retriever.schema_for("open tickets", "support", lambda t: True).tables  # still serving
+
+
+def test_a_build_left_building_by_a_dead_process_is_abandoned(support_copy: Path, tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state")
+    live = build(support_copy, store)
+    with store.connect() as conn:
+        conn.execute("INSERT INTO builds (build_id, datasource_id, status, started_at, pid) "
+                     "VALUES ('dead', 'support', 'building', 0, 999999999)")
+    store.index_path("support", "dead").write_bytes(b"partial")
+    nxt = build(support_copy, store)
+    statuses = {b.build_id: b.status for b in store.builds("support")}
+    assert statuses["dead"] == "abandoned" and not store.index_path("support", "dead").exists()
+    assert nxt.replaced == live.build_id
+
+
+def test_migrations_are_numbered_and_idempotent(tmp_path: Path) -> None:
+    StateStore(tmp_path)
+    again = StateStore(tmp_path)
+    with again.connect() as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] >= 1
+
+
+def test_entry_ids_are_stable(support_copy: Path, tmp_path: Path) -> None:
+    one = build(support_copy, StateStore(tmp_path / "a"))
+    two = build(support_copy, StateStore(tmp_path / "b"))
+    ids_one = [e.id for e in StateStore(tmp_path / "a").entries(one.build_id)]
+    ids_two = [e.id for e in StateStore(tmp_path / "b").entries(two.build_id)]
+    assert ids_one == ids_two and len(set(ids_one)) == len(ids_one)
