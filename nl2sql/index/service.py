@@ -11,7 +11,7 @@ from nl2sql.index.embed import shared_embedder
 from nl2sql.index.retrieve import RetrievedSchema, Retriever
 from nl2sql.index.route import Routing, route
 from nl2sql.index.store import StateStore
-from nl2sql.policies import reachable_datasources, scope
+from nl2sql.policies import Scope, reachable_datasources, scope
 
 
 @dataclass
@@ -64,6 +64,6 @@ class IndexService:
         return Retrieval(routing, self.schema(question, roles, target) if target else None)
 
 
-def _allows(caller, table: str) -> bool:  # noqa: ANN001 (a Scope)
+def _allows(caller: Scope, table: str) -> bool:
     schema, _, name = table.rpartition(".")
     return caller.allows(name, schema or None)

@@ -68,7 +68,7 @@ def test_a_failed_build_leaves_the_previous_one_live(support_copy: Path, tmp_pat
     with pytest.raises(RuntimeError, match="disk full"):
         build(support_copy, store)
     assert store.live_build("support").build_id == good.build_id
-    assert [b.status for b in store.builds("support")][0] == "failed"
+    assert store.builds("support")[0].status == "failed"
     retriever = Retriever(store, shared_embedder())
     assert retriever.schema_for("open tickets", "support", lambda t: True).tables  # still serving
 
