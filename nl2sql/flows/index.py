@@ -89,7 +89,11 @@ def build_one(config: Config, catalog: DatasourceCatalog, store: StateStore, dat
     seconds["reflect"] = time.perf_counter() - started
     try:
         mark = time.perf_counter()
-        profiles = steps.profile(adapter, plan, config.settings.profile, report)
+        def column_failed(table: str, column: str, stage: str, message: str) -> None:
+            bus.publish("index.column_failed", datasource_id=datasource_id, table=table, column=column, stage=stage,
+                        message=message)
+
+        profiles = steps.profile(adapter, plan, config.settings.profile, report, column_failed)
         seconds["profile"] = time.perf_counter() - mark
         mark = time.perf_counter()
         entries = steps.entries(plan, profiles, sample_questions=ds.sample_questions)

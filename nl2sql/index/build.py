@@ -26,6 +26,8 @@ from nl2sql.schema.snapshot import SchemaDiff, diff_snapshots, fingerprint, tabl
 
 #: (stage, done, total): how far a build has got, for progress bars and artifacts.
 Progress = Callable[[str, int, int], None]
+#: (table, column, stage, message): a column that could not be profiled.
+ColumnIssue = Callable[[str, str, str, str], None]
 #: Texts per embedding call (progress is reported between calls).
 EMBED_CHUNK = 256
 
@@ -78,14 +80,25 @@ def plan_build(adapter: Adapter, store: StateStore, *, full: bool = False) -> Bu
 
 
 def profile_tables(adapter: Adapter, plan: BuildPlan, settings: ProfileSettings,
-                   progress: Progress | None = None) -> list[ColumnProfile]:
-    """Profile the tables that changed (bounded by settings.profile)."""
+                   progress: Progress | None = None, on_issue: ColumnIssue | None = None) -> list[ColumnProfile]:
+    """Profile the tables that changed (bounded by settings.profile).
+
+    A table whose profiling fails is indexed without profiles; `on_issue` hears of each of its
+    columns with a fixed sentence and the error's type, never the database's text (it may quote a value).
+    """
     profiles: list[ColumnProfile] = []
     todo = [t for t in plan.snapshot.tables if qualified(t) in set(plan.changed_tables)]
     for done, table in enumerate(todo, start=1):
-        profiles += adapter.profile(plan.snapshot, sample_rows=settings.sample_rows,
-                                    max_sample_values=settings.max_sample_values,
-                                    low_cardinality=settings.low_cardinality, tables=[table.name])
+        try:
+            profiles += adapter.profile(plan.snapshot, sample_rows=settings.sample_rows,
+                                        max_sample_values=settings.max_sample_values,
+                                        low_cardinality=settings.low_cardinality, tables=[table.name])
+        except Exception as exc:  # one table's profile must not sink the build
+            cause = getattr(exc, "__cause__", None) or exc
+            for column in table.columns:
+                if on_issue:
+                    on_issue(qualified(table), column.name, "profile",
+                             f"profiling failed ({type(cause).__name__}); indexed without statistics")
         if progress:
             progress("profile", done, len(todo))
     return profiles

@@ -99,3 +99,26 @@ def test_entry_ids_are_stable(support_copy: Path, tmp_path: Path) -> None:
     ids_one = [e.id for e in StateStore(tmp_path / "a").entries(one.build_id)]
     ids_two = [e.id for e in StateStore(tmp_path / "b").entries(two.build_id)]
     assert ids_one == ids_two and len(set(ids_one)) == len(ids_one)
+
+
+def test_a_table_that_cannot_be_profiled_is_indexed_without_statistics(support_copy: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from nl2sql.datasources.base import Adapter
+    from nl2sql.errors import DatasourceError
+    from nl2sql.index.build import plan_build, profile_tables
+
+    original = Adapter.profile
+
+    def failing(self, snapshot, **kwargs):
+        if kwargs.get("tables") == ["agents"]:
+            raise DatasourceError("value 'Secret Name' could not be cast")
+        return original(self, snapshot, **kwargs)
+
+    monkeypatch.setattr(Adapter, "profile", failing)
+    adapter = adapter_class("sqlite")("support", f"sqlite:///{support_copy}")
+    issues: list[tuple[str, str, str, str]] = []
+    plan = plan_build(adapter, StateStore(tmp_path / "state"))
+    profiles = profile_tables(adapter, plan, ProfileSettings(), on_issue=lambda *i: issues.append(i))
+    assert {p.table for p in profiles} == {"tickets", "ticket_messages", "satisfaction_surveys"}
+    assert [i[1] for i in issues] == ["agent_id", "name", "team", "hired_on"]
+    assert all("Secret" not in i[3] and "DatasourceError" in i[3] for i in issues)
