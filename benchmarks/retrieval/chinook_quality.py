@@ -9,7 +9,8 @@ paraphrases of chinook_questions.yaml) asks `Retriever.schema_for` what the plan
 - tables and columns sent, on average;
 - routing: every question (Chinook, support and webanalytics ones) is routed across the three
   datasources; top-1 is the first pick being the question's datasource, shortlist-hit is it
-  being among the picks;
+  being among the picks (a Chinook question none of whose gold tables the role may read is not
+  routed for that role);
 - latency: schema_for on a warm index, question embedding included, p50 and p95.
 
 Each role (admin and analyst) is measured; for a role that cannot read a gold table, the gold is
@@ -150,6 +151,7 @@ def measure(config, retriever: Retriever, questions: list[Question], role: str, 
         return scope(policies, role, ds).allows(table)
 
     gold_tables = hit_tables = gold_columns = hit_columns = 0
+    per_source: dict[str, list[int]] = {}
     per_question_col: list[float] = []
     sent_tables: list[int] = []
     sent_columns: list[int] = []
@@ -168,6 +170,10 @@ def measure(config, retriever: Retriever, questions: list[Question], role: str, 
         hit_tables += len(tables) - len(missing_tables)
         gold_columns += len(columns)
         hit_columns += len(columns) - len(missing_columns)
+        counts = per_source.setdefault(q.source.split(":")[0], [0, 0, 0, 0, 0, 0])
+        for i, n in enumerate((len(tables), len(tables) - len(missing_tables), len(columns),
+                               len(columns) - len(missing_columns), 1, schema.column_count)):
+            counts[i] += n
         if columns:
             per_question_col.append(1 - len(missing_columns) / len(columns))
         sent_tables.append(len(got_tables))
@@ -179,7 +185,9 @@ def measure(config, retriever: Retriever, questions: list[Question], role: str, 
 
     top1 = shortlist = 0
     route_misses = []
-    routed = [q for q in questions if scope(policies, role, q.datasource).reachable]
+    # a question is routed for a role that can read some of its gold (all of it for routing-only questions)
+    routed = [q for q in questions if scope(policies, role, q.datasource).reachable
+              and (not q.tables or any(scope(policies, role, q.datasource).allows(t) for t in q.tables))]
     for q in routed:
         result = route(retriever, q.text, ids, allows_route, vote_k=routing.vote_k, rrf_k=routing.rrf_k,
                        floor_ratio=routing.floor_ratio, limit=routing.shortlist)
@@ -204,15 +212,16 @@ def measure(config, retriever: Retriever, questions: list[Question], role: str, 
         retriever.schema_for(q.text, "chinook", chinook_scope.allows, query=vector, **settings)
         search_only.append((time.perf_counter() - start) * 1000)
 
-    by_source = {}
-    for source in ("plan", "paraphrase"):
-        picked = [q for q in chinook if q.source.startswith(source)]
-        by_source[source] = len(picked)
+    by_source = {source: {"questions": n, "table_recall": round(ht / max(gt, 1), 4),
+                          "column_recall": round(hc / max(gc, 1), 4), "avg_columns_sent": round(cols / max(n, 1), 2)}
+                 for source, (gt, ht, gc, hc, n, cols) in per_source.items()}
     return {
         "role": role,
         "settings": settings,
-        "questions": {"chinook": len(chinook), **by_source, "routing": len(routed),
+        "questions": {"chinook": len(chinook), "plan": by_source["plan"]["questions"],
+                      "paraphrase": by_source["paraphrase"]["questions"], "routing": len(routed),
                       "gold_restricted_by_role": restricted},
+        "by_source": by_source,
         "table_recall": round(hit_tables / max(gold_tables, 1), 4),
         "column_recall": round(hit_columns / max(gold_columns, 1), 4),
         "column_recall_per_question": round(float(np.mean(per_question_col)), 4),
@@ -236,6 +245,9 @@ def report(result: dict, quiet: bool) -> None:
           f"{q['routing']} routed")
     print(f"table recall        {result['table_recall']:.2%}")
     print(f"column recall       {result['column_recall']:.2%}  (per question {result['column_recall_per_question']:.2%})")
+    for source, part in result["by_source"].items():
+        print(f"  {source:<17} {part['questions']} questions: tables {part['table_recall']:.2%}, "
+              f"columns {part['column_recall']:.2%}, {part['avg_columns_sent']} columns sent")
     print(f"sent on average     {result['avg_tables_sent']} tables, {result['avg_columns_sent']} columns "
           f"(max {result['max_columns_sent']})")
     print(f"routing             top-1 {result['routing_top1']:.2%}, shortlist-hit {result['routing_shortlist_hit']:.2%}")

@@ -235,9 +235,9 @@ class RetrievalSettings(Strict):
     """How much schema the planner sees."""
 
     table_k: int = Field(default=8, ge=1)
-    planning_k: int = Field(default=5, ge=1)
-    wide_table_columns: int = Field(default=12, ge=1)
-    mmr_lambda: float = Field(default=0.7, ge=0, le=1)
+    planning_k: int = Field(default=4, ge=1)
+    wide_table_columns: int = Field(default=3, ge=1)
+    mmr_lambda: float = Field(default=1.0, ge=0, le=1)
 
 
 class ProfileSettings(Strict):

@@ -17,7 +17,7 @@ from typing import Literal
 
 import numpy as np
 
-from nl2sql.index.retrieve import Retriever
+from nl2sql.index.retrieve import Cues, LiveIndex, Retriever, read_question
 
 ROUTE_SIGNALS = ("table", "column", "example", "verified")
 RouteStrategy = Literal["votes", "best", "normalized", "votes+best", "normalized+best"]
@@ -53,10 +53,16 @@ class Routing:
 
 def route(retriever: Retriever, question: str, datasource_ids: Sequence[str], allows: Callable[[str, str], bool], *,
           vote_k: int = 20, rrf_k: int = 60, floor_ratio: float = 0.8, limit: int = 3,
-          strategy: RouteStrategy = "votes+best", query: np.ndarray | None = None) -> Routing:
-    """Rank datasources for a question; `allows(datasource_id, table)` filters entries by scope."""
+          strategy: RouteStrategy = "votes+best", lexical: bool = True, query: np.ndarray | None = None) -> Routing:
+    """Rank datasources for a question; `allows(datasource_id, table)` filters entries by scope.
+
+    With `lexical`, one more signal ranks datasources by the question's words that name one of
+    their tables or columns, or one of their profiled values ("urgent", "Jazz", "campaign").
+    """
     query = retriever.embed(question) if query is None else query
     hits: dict[str, list[tuple[float, str]]] = {s: [] for s in ROUTE_SIGNALS}
+    cues = read_question(question)
+    words: dict[str, float] = {}
     best: dict[str, float] = {}
     sizes: dict[str, int] = {}
     for ds in datasource_ids:
@@ -64,9 +70,12 @@ def route(retriever: Retriever, question: str, datasource_ids: Sequence[str], al
         if live is None:
             continue
         sims = live.similarities(query)
-        visible = [i for i, e in enumerate(live.entries) if all(allows(ds, t) for t in e.tables)]
+        tables = {t: allows(ds, t) for t in {t for e in live.entries for t in e.tables}}
+        visible = [i for i, e in enumerate(live.entries) if all(tables[t] for t in e.tables)]
         if not visible:
             continue
+        if lexical:
+            words[ds] = lexical_score(live, cues, {t for t, ok in tables.items() if ok})
         sizes[ds] = len(visible)
         best[ds] = float(max(sims[i] for i in visible))
         for i in visible:
@@ -87,6 +96,9 @@ def route(retriever: Retriever, question: str, datasource_ids: Sequence[str], al
             count = {ds: n / np.sqrt(sizes[ds]) for ds, n in count.items()}
         if strategy != "best":
             rankings[signal] = sorted(count, key=lambda ds: (-count[ds], -best[ds]))
+    if lexical and any(words.values()):
+        rankings["lexical"] = sorted((ds for ds in words if words[ds] > 0), key=lambda ds: (-words[ds], -best[ds]))
+        votes["lexical"] = {ds: round(w) for ds, w in words.items()}
     if strategy in ("best", "votes+best", "normalized+best"):
         rankings["best"] = sorted(best, key=lambda ds: -best[ds])
     fused = fuse(rankings, list(best), rrf_k)
@@ -121,3 +133,26 @@ def fuse(rankings: dict[str, list[str]], datasource_ids: Sequence[str], rrf_k: i
             rank = ranked.index(ds) + 1 if ds in ranked else len(ranked) + 1
             scores[ds] += 1.0 / (rrf_k + rank)
     return scores
+
+
+def lexical_score(live: LiveIndex, cues: Cues, visible: set[str]) -> float:
+    """How many of the question's words name a visible table (2), column (1) or profiled value (2) of a build.
+
+    Each word counts once, so a database with many tables gains nothing from its size.
+    """
+    facts = live.facts()
+    covered: dict[str, float] = {}
+    for table, spelled in facts.table_words.items():
+        if table in visible and spelled and spelled <= cues.terms:
+            for word in spelled:
+                covered[word] = max(covered.get(word, 0.0), 2.0)
+    for (table, _), spelled in facts.column_words.items():
+        if table in visible and spelled and spelled <= cues.terms:
+            for word in spelled:
+                covered[word] = max(covered.get(word, 0.0), 1.0)
+    values, _ = facts.value_hits(cues, visible)
+    for table, column in values:
+        for value in facts.samples.get((table, column), []):
+            for word in read_question(value).terms & cues.terms:
+                covered[word] = max(covered.get(word, 0.0), 2.0)
+    return sum(covered.values())
