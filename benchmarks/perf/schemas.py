@@ -8,7 +8,7 @@ write the same databases and the same questions.
   the tables real warehouses are full of (status histories, notes, audit logs, attachments, type
   lookups, tags, daily summaries, archives), names prefixed by domain, with foreign keys and a few
   rows per table.
-- `test_bed(n_databases, seed)`: one database per domain (3 to 60 tables, a few big ones on
+- `make_test_bed(n_databases, seed)`: one database per domain (3 to 60 tables, a few big ones on
   purpose), each with a description, 5–8 sample questions and held-out test questions written
   from its schema by templates (phrased with the entities' everyday names, not table names).
 - `write_sqlite(tables, path)` and `ddl_script(tables, dialect)` write them out (SQLite or PostgreSQL).
@@ -16,7 +16,7 @@ write the same databases and the same questions.
 >>> wide = wide_schema(40, seed=7)
 >>> len(wide), all(8 <= len(t.columns) <= 20 for t in wide), wide == wide_schema(40, seed=7)
 (40, True, True)
->>> bed = test_bed(3, seed=7)
+>>> bed = make_test_bed(3, seed=7)
 >>> [len(db.sample_questions) >= 5 and len(db.test_questions) >= 5 for db in bed]
 [True, True, True]
 """
@@ -677,16 +677,16 @@ def question_pool(tables: list[Table], seed: int, tag: str) -> list[str]:
 BIG_SIZES = (60, 45, 36, 28)
 
 
-def test_bed(n_databases: int = 36, seed: int = 42, *, tests_per_db: int = 8, rows: tuple[int, int] = (3, 6),
-             width: tuple[int, int] = (6, 16)) -> list[Database]:
+def make_test_bed(n_databases: int = 36, seed: int = 42, *, tests_per_db: int = 8, rows: tuple[int, int] = (3, 6),
+             width: tuple[int, int] = (6, 16), big_sizes: tuple[int, ...] = BIG_SIZES) -> list[Database]:
     """One database per domain (the first `n_databases` domains), sizes 3..60, questions from each schema."""
     domains = list(DOMAINS[:n_databases])
     rng = _rng(seed, "sizes", n_databases)
     roomy = [i for i, d in enumerate(domains) if len(d.entities) >= 7]
-    big = rng.sample(roomy, min(len(BIG_SIZES), max(1, len(domains) // 8), len(roomy)))
+    big = rng.sample(roomy, min(len(big_sizes), max(1, len(domains) // 8), len(roomy)))
     out = []
     for i, domain in enumerate(domains):
-        size = BIG_SIZES[big.index(i)] if i in big else rng.randint(3, 18)
+        size = big_sizes[big.index(i)] if i in big else rng.randint(3, 18)
         tables = _with_rows(domain_tables(domain, size, seed, width=width), seed, rows)
         pool = question_pool(tables, seed, domain.name)
         n_samples = _rng(seed, "n_samples", domain.name).randint(5, 8)

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import pandas as pd
 import sqlalchemy as sa
+from sqlalchemy.engine import ObjectKind
 from sqlglot import exp
 
 from nl2sql.datasources.guard import guard_sql, sqlglot_dialect
@@ -106,10 +107,10 @@ class Adapter(ABC):
                 tables: list[TableInfo] = []
                 for schema in schemas:
                     schema_arg = None if schema == default_schema else schema
-                    for name in sorted(inspector.get_table_names(schema=schema_arg)):
-                        tables.append(self._reflect_table(inspector, name, schema_arg, view=False))
-                    for name in sorted(inspector.get_view_names(schema=schema_arg)):
-                        tables.append(self._reflect_table(inspector, name, schema_arg, view=True))
+                    tables += self._reflect_tables(inspector, sorted(inspector.get_table_names(schema=schema_arg)),
+                                                   schema_arg, view=False)
+                    tables += self._reflect_tables(inspector, sorted(inspector.get_view_names(schema=schema_arg)),
+                                                   schema_arg, view=True)
                 for table in tables:
                     if table.row_count is None and table.kind == "table":
                         table.row_count, table.row_count_estimated = self._row_count(conn, table)
@@ -120,18 +121,48 @@ class Adapter(ABC):
         return SchemaSnapshot(datasource_id=self.datasource_id, dialect=self.name,
                               default_schema=default_schema, tables=tables)
 
+    def _reflect_tables(self, inspector: Any, names: Sequence[str], schema: str | None, *,
+                        view: bool) -> list[TableInfo]:
+        """Reflect tables (or views) of one schema with SQLAlchemy's multi-table calls: one catalog query
+        per kind of fact for the whole schema where the dialect batches them (PostgreSQL), the per-table
+        calls otherwise (SQLite); the same facts either way."""
+        if not names:
+            return []
+        kind = ObjectKind.VIEW if view else ObjectKind.TABLE
+
+        def by_name(facts: dict[tuple[str | None, str], Any]) -> dict[str, Any]:
+            return {key[1]: value for key, value in facts.items()}
+
+        columns = by_name(inspector.get_multi_columns(schema=schema, kind=kind))
+        pks = {} if view else by_name(inspector.get_multi_pk_constraint(schema=schema, kind=kind))
+        fks = {} if view else by_name(inspector.get_multi_foreign_keys(schema=schema, kind=kind))
+        out = []
+        for name in names:
+            if name not in columns:  # not in the batch (e.g. created meanwhile): ask for it alone
+                out.append(self._reflect_table(inspector, name, schema, view=view))
+                continue
+            out.append(self._table_info(name, schema, view, columns[name], pks.get(name) or {}, fks.get(name) or []))
+        return out
+
     def _reflect_table(self, inspector: Any, name: str, schema: str | None, *, view: bool) -> TableInfo:
-        pk = inspector.get_pk_constraint(name, schema=schema).get("constrained_columns") or [] if not view else []
+        pk = {} if view else inspector.get_pk_constraint(name, schema=schema)
+        fks = [] if view else inspector.get_foreign_keys(name, schema=schema)
+        return self._table_info(name, schema, view, inspector.get_columns(name, schema=schema), pk, fks)
+
+    @staticmethod
+    def _table_info(name: str, schema: str | None, view: bool, reflected_columns: list[dict[str, Any]],
+                    pk_constraint: dict[str, Any], foreign_keys: list[dict[str, Any]]) -> TableInfo:
+        pk = [] if view else pk_constraint.get("constrained_columns") or []
         columns = [
             ColumnInfo(name=c["name"], type=str(c["type"]) if c.get("type") is not None else "",
                        nullable=bool(c.get("nullable", True)), primary_key=c["name"] in pk,
                        comment=c.get("comment"))
-            for c in inspector.get_columns(name, schema=schema)
+            for c in reflected_columns
         ]
         fks = [] if view else [
             ForeignKey(columns=fk["constrained_columns"], ref_table=fk["referred_table"],
                        ref_columns=fk["referred_columns"], ref_schema=fk.get("referred_schema"))
-            for fk in inspector.get_foreign_keys(name, schema=schema)
+            for fk in foreign_keys
         ]
         return TableInfo(name=name, schema_name=schema, kind="view" if view else "table", columns=columns,
                          primary_key=list(pk), foreign_keys=fks)
@@ -156,50 +187,89 @@ class Adapter(ABC):
         return profiles
 
     def _sample(self, table: TableInfo, sample_rows: int) -> exp.Subquery:
-        inner = exp.select("*").from_(table_expression(table.name, table.schema_name)).limit(sample_rows)
-        return inner.subquery("sample")
+        inner = exp.Select(expressions=[exp.Star()]).from_(table_expression(table.name, table.schema_name), copy=False)
+        inner = inner.limit(exp.Literal.number(sample_rows), copy=False)
+        return exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("sample")))
 
     def _profile_table(self, table: TableInfo, sample_rows: int, max_sample_values: int,
                        low_cardinality: int) -> list[ColumnProfile]:
+        # Two statements per table: the column statistics, then the frequent values of every
+        # low-cardinality text column at once (it was one statement per such column).
         if not table.columns:
             return []
-        selects: list[exp.Expression] = [exp.alias_(exp.Count(this=exp.Star()), "n")]
+        def alias(node: exp.Expression, name: str) -> exp.Alias:
+            return exp.Alias(this=node, alias=exp.to_identifier(name))
+
+        selects: list[exp.Expression] = [alias(exp.Count(this=exp.Star()), "n")]
         for i, col in enumerate(table.columns):
-            ref = exp.column(_ident(col.name))
+            def ref(name: str = col.name) -> exp.Column:
+                return exp.Column(this=_ident(name))
+
             selects += [
-                exp.alias_(exp.Count(this=ref.copy()), f"nn_{i}"),
-                exp.alias_(exp.Count(this=exp.Distinct(expressions=[ref.copy()])), f"d_{i}"),
-                exp.alias_(exp.Min(this=ref.copy()), f"min_{i}"),
-                exp.alias_(exp.Max(this=ref.copy()), f"max_{i}"),
+                alias(exp.Count(this=ref()), f"nn_{i}"),
+                alias(exp.Count(this=exp.Distinct(expressions=[ref()])), f"d_{i}"),
+                alias(exp.Min(this=ref()), f"min_{i}"),
+                alias(exp.Max(this=ref()), f"max_{i}"),
             ]
-        query = exp.select(*selects).from_(self._sample(table, sample_rows))
+        query = exp.Select(expressions=selects).from_(self._sample(table, sample_rows), copy=False)
         stats = self._run(query.sql(dialect=self.dialect), row_limit=1, timeout_s=120).frame.iloc[0]
         n = int(stats["n"])
+        low = [col.name for i, col in enumerate(table.columns)
+               if is_text_type(col.type) and 0 < int(stats[f"d_{i}"]) <= low_cardinality] if max_sample_values else []
+        frequent = self._frequent_values_of(table, low, sample_rows, max_sample_values) if low else {}
         out = []
         for i, col in enumerate(table.columns):
             non_null, distinct = int(stats[f"nn_{i}"]), int(stats[f"d_{i}"])
-            profile = ColumnProfile(
+            out.append(ColumnProfile(
                 table=table.name, schema_name=table.schema_name, column=col.name, type=col.type,
                 null_share=(n - non_null) / n if n else None, distinct_count=distinct,
                 min=_short(stats[f"min_{i}"]), max=_short(stats[f"max_{i}"]), sampled_rows=n,
-            )
-            if is_text_type(col.type) and 0 < distinct <= low_cardinality and max_sample_values:
-                profile.sample_values = self._frequent_values(table, col.name, sample_rows, max_sample_values)
-            out.append(profile)
+                sample_values=frequent.get(col.name, []),
+            ))
         return out
 
     def _frequent_values(self, table: TableInfo, column: str, sample_rows: int, limit: int) -> list[str]:
-        ref = exp.column(_ident(column))
-        query = (
-            exp.select(ref.copy(), exp.alias_(exp.Count(this=exp.Star()), "freq"))
-            .from_(self._sample(table, sample_rows))
-            .where(exp.Not(this=exp.Is(this=ref.copy(), expression=exp.Null())))
-            .group_by(ref.copy())
-            .order_by(exp.Ordered(this=exp.column("freq"), desc=True), ref.copy())
-            .limit(limit)
-        )
-        frame = self._run(query.sql(dialect=self.dialect), row_limit=limit, timeout_s=120).frame
-        return [v for v in (_short(x) for x in frame.iloc[:, 0]) if v is not None]
+        """The `limit` most frequent non-null values of one column in the sample (most frequent first)."""
+        return self._frequent_values_of(table, [column], sample_rows, limit)[column]
+
+    def _frequent_values_of(self, table: TableInfo, columns: Sequence[str], sample_rows: int,
+                            limit: int) -> dict[str, list[str]]:
+        """The `limit` most frequent non-null values of each column in the sample, most frequent first (ties
+        in the column's own order), in one statement: a UNION ALL of one grouping per column."""
+        # Trees are built node by node (no string parsing, no copies: both dominated on wide schemas).
+        text = exp.DataType(this=exp.DataType.Type.TEXT)
+        union: exp.Query | None = None
+        for k, column in enumerate(columns):
+            def ref(name: str = column) -> exp.Column:
+                return exp.Column(this=_ident(name))
+
+            rank = exp.Window(this=exp.RowNumber(), order=exp.Order(expressions=[
+                exp.Ordered(this=exp.Count(this=exp.Star()), desc=True), exp.Ordered(this=ref())]))
+            top = (
+                exp.Select(expressions=[
+                    exp.Alias(this=exp.Literal.number(k), alias=exp.to_identifier("k")),
+                    exp.Alias(this=exp.Cast(this=ref(), to=text.copy()), alias=exp.to_identifier("v")),
+                    exp.Alias(this=rank, alias=exp.to_identifier("r")),
+                ])
+                .from_(self._sample(table, sample_rows), copy=False)
+                .where(exp.Not(this=exp.Is(this=ref(), expression=exp.Null())), copy=False)
+                .group_by(ref(), copy=False)
+                .order_by(exp.Ordered(this=exp.Column(this=exp.to_identifier("r"))), copy=False)
+                .limit(exp.Literal.number(limit), copy=False)
+            )
+            part = exp.Select(expressions=[exp.Star()]).from_(
+                exp.Subquery(this=top, alias=exp.TableAlias(this=exp.to_identifier(f"top_{k}"))), copy=False)
+            union = part if union is None else exp.Union(this=union, expression=part, distinct=False)
+        query = exp.Select(expressions=[exp.Star()]).from_(
+            exp.Subquery(this=union, alias=exp.TableAlias(this=exp.to_identifier("f"))), copy=False)
+        query = query.order_by(*(exp.Ordered(this=exp.Column(this=exp.to_identifier(c))) for c in ("k", "r")),
+                               copy=False)
+        frame = self._run(query.sql(dialect=self.dialect), row_limit=limit * len(columns), timeout_s=120).frame
+        out: dict[str, list[str]] = {c: [] for c in columns}
+        for k, value in zip(frame.iloc[:, 0], frame.iloc[:, 1], strict=True):
+            if (text := _short(value)) is not None:
+                out[columns[int(k)]].append(text)
+        return out
 
     # --- execute -----------------------------------------------------------------------------
 

@@ -72,8 +72,8 @@ def plan_build(adapter: Adapter, store: StateStore, *, full: bool = False) -> Bu
         return BuildPlan(snapshot, fingerprint(snapshot), names, previous=previous)
     old_shapes, new_shapes = table_fingerprints(previous), table_fingerprints(snapshot)
     old_rows = {qualified(t): t.row_count for t in previous.tables}
-    changed = [n for n in names if old_shapes.get(n) != new_shapes[n] or old_rows.get(n) != next(
-        t.row_count for t in snapshot.tables if qualified(t) == n)]
+    new_rows = {qualified(t): t.row_count for t in snapshot.tables}
+    changed = [n for n in names if old_shapes.get(n) != new_shapes[n] or old_rows.get(n) != new_rows[n]]
     keep = set(names) - set(changed)
     reused = [e for e in store.entries(live.build_id) if e.kind in ("table", "column", "relationship") and e.table in keep]
     return BuildPlan(snapshot, fingerprint(snapshot), changed, reused=reused, previous=previous)
@@ -87,7 +87,8 @@ def profile_tables(adapter: Adapter, plan: BuildPlan, settings: ProfileSettings,
     columns with a fixed sentence and the error's type, never the database's text (it may quote a value).
     """
     profiles: list[ColumnProfile] = []
-    todo = [t for t in plan.snapshot.tables if qualified(t) in set(plan.changed_tables)]
+    changed = set(plan.changed_tables)
+    todo = [t for t in plan.snapshot.tables if qualified(t) in changed]
     for done, table in enumerate(todo, start=1):
         try:
             profiles += adapter.profile(plan.snapshot, sample_rows=settings.sample_rows,

@@ -17,8 +17,9 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-#: Builds with more vectors than this use HNSW (approximate); smaller ones exact inner product.
-HNSW_ABOVE = 20_000
+#: Builds with more vectors than this use HNSW (approximate); smaller ones exact inner product (retrieval scans
+#: a build's vectors exactly with numpy up to this size, and rebuilding an HNSW graph dominated incremental builds).
+HNSW_ABOVE = 200_000
 HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 100
 HNSW_EF_SEARCH = 256
