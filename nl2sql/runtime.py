@@ -12,5 +12,8 @@ def prepare_prefect_env(state_dir: Path) -> None:
         home = state_dir / "prefect"
         home.mkdir(parents=True, exist_ok=True)
         os.environ["PREFECT_HOME"] = str(home)
+    # The first start of Prefect's embedded server migrates a fresh database: on a busy 2-core machine that
+    # takes longer than Prefect's default wait of 20 s.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
