@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from nl2sql.cli.data_commands import JsonOption, RoleOption, console, print_rows
 from nl2sql.cli.main import app, block_loader
+
+if TYPE_CHECKING:
+    from nl2sql.config import Config
+    from nl2sql.datasources import Adapter
+    from nl2sql.plan import PlanModel, ValidatedPlan
 
 plan_app = typer.Typer(help="Typed query plans: render them as SQL, run them.", no_args_is_help=True)
 app.add_typer(plan_app, name="plan")
@@ -32,7 +37,7 @@ def plan_render(
     plan = load_plan_file(file)
     schemas = None
     if datasource:
-        validated = _validated(ctx, plan, datasource, role)
+        validated = _validated(ctx.obj.config(), plan, datasource, role)
         plan, schemas = validated.plan, validated.schemas
     typer.echo(generate_sql(plan, dialect, schemas=schemas, pretty=True))
 
@@ -56,7 +61,7 @@ def plan_run(
     config = ctx.obj.config()
     with DatasourceCatalog(config, block_loader=block_loader) as catalog:
         adapter = catalog.get(datasource)
-        validated = _validated(ctx, plan, datasource, role, adapter=adapter)
+        validated = _validated(config, plan, datasource, role, adapter=adapter)
         sql = generate_sql(validated.plan, adapter.dialect, schemas=validated.schemas)
         limits = config.settings.pipeline
         result = run_checked_sql(adapter, sql, scope(config.policies, role, datasource),
@@ -70,12 +75,13 @@ def plan_run(
     print_rows(result)
 
 
-def _validated(ctx: typer.Context, plan, datasource: str, role: str | None, adapter=None):
+def _validated(config: Config, plan: PlanModel, datasource: str, role: str | None,
+               adapter: Adapter | None = None) -> ValidatedPlan:
+    """The plan validated against the datasource's live schema for the role (config loaded once by the caller)."""
     from nl2sql.datasources import DatasourceCatalog
     from nl2sql.plan import validate_plan
     from nl2sql.policies import scope
 
-    config = ctx.obj.config()
     caller = scope(config.policies, role, datasource)
     if adapter is None:
         with DatasourceCatalog(config, block_loader=block_loader) as catalog:

@@ -16,6 +16,7 @@ from nl2sql.llm.client import schema_for
 from nl2sql.llm.fake import FakeAnswer, FakeAnthropicServer
 from nl2sql.llm.schema import anthropic_tool_violations
 from nl2sql.plan.model import PlanModel
+from tests.support.llm import running
 
 MESSAGES = [Message("system", "You write query plans."), Message("system", "Schema: Artist(ArtistId, Name)."),
             Message("user", "How many artists are there?")]
@@ -36,8 +37,7 @@ class Route(BaseModel):
 
 @pytest.fixture(scope="module")
 def running_server() -> Iterator[FakeAnthropicServer]:
-    with FakeAnthropicServer() as fake:
-        yield fake
+    yield from running(FakeAnthropicServer)
 
 
 @pytest.fixture

@@ -26,14 +26,14 @@ from nl2sql.llm import (
     price_for,
 )
 from nl2sql.llm.fake import FakeAnswer, FakeAnthropicServer, FakeLLMServer
+from tests.support.llm import running
 
 MESSAGES = [Message("user", "How many invoices?")]
 
 
 @pytest.fixture(scope="module")
 def running_server() -> Iterator[FakeLLMServer]:
-    with FakeLLMServer() as fake:
-        yield fake
+    yield from running(FakeLLMServer)
 
 
 @pytest.fixture

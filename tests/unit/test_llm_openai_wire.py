@@ -28,6 +28,7 @@ from nl2sql.llm import (
 from nl2sql.llm.client import schema_for
 from nl2sql.llm.fake import FakeAnswer, FakeLLMServer
 from nl2sql.plan.model import PlanModel
+from tests.support.llm import running
 
 MESSAGES = [Message("system", "You write query plans."), Message("user", "Top customers by spend in 2011?")]
 
@@ -85,8 +86,7 @@ PLAN: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def running_server() -> Iterator[FakeLLMServer]:
-    with FakeLLMServer() as fake:
-        yield fake
+    yield from running(FakeLLMServer)
 
 
 @pytest.fixture
