@@ -129,3 +129,21 @@ class QueryTimeout(DatasourceError):
     """A statement ran past its time limit and was cancelled."""
 
     code = "QUERY_TIMEOUT"
+
+
+class QuestionNotAnswerable(NL2SQLError):
+    """No datasource the asker may read can answer the question."""
+
+    code = "QUESTION_NOT_ANSWERABLE"
+
+
+class QuestionTooBroad(NL2SQLError):
+    """The question needs more sub-queries than `settings.routing.max_sub_queries` allows."""
+
+    code = "QUESTION_TOO_BROAD"
+
+
+class IndexNotBuilt(NL2SQLError):
+    """A datasource has no live index build to route or retrieve with."""
+
+    code = "INDEX_NOT_BUILT"

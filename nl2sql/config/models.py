@@ -44,6 +44,50 @@ class Strict(BaseModel):
 # --- datasources -------------------------------------------------------------------------------
 
 
+#: Types a verified query's parameter may have.
+PARAMETER_TYPES = ("text", "integer", "number", "date", "year")
+PLACEHOLDER = re.compile(r"\{([a-z][a-z0-9_]*)\}")
+
+
+class ParameterConfig(Strict):
+    """A named, typed parameter of a verified query (`:name` in its SQL, `{name}` in its question)."""
+
+    type: Literal[PARAMETER_TYPES] = "text"  # type: ignore[valid-type]
+    column: str | None = Field(
+        default=None, description="`Table.Column` whose values a text parameter takes (matched in the question)."
+    )
+    default: str | int | float | None = Field(default=None, description="Value used when the question names none.")
+    description: str = ""
+
+
+class VerifiedQueryConfig(Strict):
+    """A question with reviewed SQL that answers it; matched by meaning, its parameters read from the question."""
+
+    question: str = Field(description="The question, with `{name}` where a parameter goes.")
+    sql: str = Field(description="One SELECT, with `:name` where a parameter's value goes.")
+    parameters: dict[str, ParameterConfig] = Field(default_factory=dict)
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _placeholders_match(self) -> VerifiedQueryConfig:
+        in_question = set(PLACEHOLDER.findall(self.question))
+        in_sql = set(re.findall(r"(?<!:):([a-z][a-z0-9_]*)", self.sql))
+        declared = set(self.parameters)
+        for name in sorted(in_question - declared):
+            raise config_error(f"the question's {{{name}}} is not a declared parameter",
+                               f"add parameters.{name} (type text, integer, number, date or year) or remove it")
+        for name in sorted(in_sql - declared):
+            raise config_error(f"the SQL's :{name} is not a declared parameter",
+                               f"add parameters.{name} or remove :{name} from the SQL")
+        for name in sorted(declared - in_sql):
+            raise config_error(f"parameter {name!r} is not used in the SQL", f"write :{name} in the SQL or drop it")
+        for name, param in self.parameters.items():
+            if name not in in_question and param.default is None:
+                raise config_error(f"parameter {name!r} is neither in the question nor has a default",
+                                   f"write {{{name}}} in the question or give it a default")
+        return self
+
+
 class DatasourceConfig(Strict):
     """One database the engine may query."""
 
@@ -55,6 +99,9 @@ class DatasourceConfig(Strict):
     description: str = Field(default="", description="What the database holds, in a sentence or two.")
     schemas: list[str] | None = Field(default=None, description="Schemas to reflect (default: the default schema).")
     sample_questions: list[str] = Field(default_factory=list, description="Questions this datasource answers.")
+    verified_queries: list[VerifiedQueryConfig] = Field(
+        default_factory=list, description="Reviewed questions and SQL, answered without a model."
+    )
 
     @field_validator("id")
     @classmethod
@@ -240,6 +287,13 @@ class RetrievalSettings(Strict):
     mmr_lambda: float = Field(default=1.0, ge=0, le=1)
 
 
+class CuratedSettings(Strict):
+    """How verified queries are matched to questions."""
+
+    min_similarity: float = Field(default=0.9, ge=0, le=1, description="Least similarity of question and "
+                                  "verified question (parameters filled in) for the verified SQL to answer.")
+
+
 class ProfileSettings(Strict):
     """Bounds on column profiling."""
 
@@ -265,6 +319,7 @@ class Settings(Strict):
 
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
+    curated: CuratedSettings = Field(default_factory=CuratedSettings)
     profile: ProfileSettings = Field(default_factory=ProfileSettings)
     pipeline: PipelineSettings = Field(default_factory=PipelineSettings)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -47,6 +48,7 @@ class DatasourceCatalog:
         self.config = config
         self.block_loader = block_loader
         self._adapters: dict[str, Adapter] = {}
+        self._lock = threading.Lock()
 
     @property
     def ids(self) -> list[str]:
@@ -55,11 +57,12 @@ class DatasourceCatalog:
 
     def get(self, datasource_id: str) -> Adapter:
         """The adapter of one datasource (UnknownNameError for an unknown id)."""
-        if datasource_id not in self._adapters:
-            ds = self.config.datasource(datasource_id)
-            self._adapters[datasource_id] = open_adapter(ds, base_dir=self.config.base_dir,
-                                                         block_loader=self.block_loader)
-        return self._adapters[datasource_id]
+        with self._lock:  # sub-queries open adapters from several threads
+            if datasource_id not in self._adapters:
+                ds = self.config.datasource(datasource_id)
+                self._adapters[datasource_id] = open_adapter(ds, base_dir=self.config.base_dir,
+                                                             block_loader=self.block_loader)
+            return self._adapters[datasource_id]
 
     def close(self) -> None:
         """Dispose of every opened engine."""

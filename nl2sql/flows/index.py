@@ -22,6 +22,7 @@ from nl2sql.index.embed import shared_embedder
 from nl2sql.index.store import StateStore
 from nl2sql.schema.snapshot import diff_snapshots
 from nl2sql.tasks import index as steps
+from nl2sql.verified.match import index_entries_of
 
 #: Process-local listeners of build progress (the CLI's progress bar): (datasource, stage, done, total).
 PROGRESS_LISTENERS: list[Callable[[str, str, int, int], None]] = []
@@ -96,7 +97,7 @@ def build_one(config: Config, catalog: DatasourceCatalog, store: StateStore, dat
         profiles = steps.profile(adapter, plan, config.settings.profile, report, column_failed)
         seconds["profile"] = time.perf_counter() - mark
         mark = time.perf_counter()
-        entries = steps.entries(plan, profiles, sample_questions=ds.sample_questions)
+        entries = steps.entries(plan, profiles, sample_questions=ds.sample_questions, verified=index_entries_of(ds))
         seconds["entries"] = time.perf_counter() - mark
         build_id = store.begin_build(datasource_id, embedder.model_id)  # invisible until it commits
         try:

@@ -28,6 +28,7 @@ MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6
 TOKENIZER_FILE = "minilm_tokenizer.json"
 MAX_TOKENS = 256
 BATCH_SIZE = 32
+RECENT_TEXTS = 2048  # short texts (questions) remembered by embed_cached
 
 
 class EmbedderError(NL2SQLError):
@@ -88,6 +89,7 @@ class Embedder:
         self._session = None
         self._tokenizer = None
         self._lock = threading.Lock()
+        self._recent: dict[str, np.ndarray] = {}
 
     def _load(self) -> None:
         import onnxruntime as ort
@@ -104,6 +106,17 @@ class Embedder:
         tokenizer.enable_truncation(max_length=MAX_TOKENS)
         tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # to the longest in each batch, not a fixed 128
         self._tokenizer = tokenizer
+
+    def embed_cached(self, texts: list[str]) -> np.ndarray:
+        """Like `embed`, remembering recent short texts (questions, verified questions) in the process."""
+        cache = self._recent
+        missing = [t for t in dict.fromkeys(texts) if t not in cache]
+        if missing:
+            for text, vector in zip(missing, self.embed(missing), strict=True):
+                if len(cache) >= RECENT_TEXTS:
+                    cache.pop(next(iter(cache)))
+                cache[text] = vector
+        return np.stack([cache[t] for t in texts]) if texts else np.zeros((0, DIMENSIONS), dtype=np.float32)
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """One L2-normalised float32 row per text, in the order given."""

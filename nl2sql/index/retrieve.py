@@ -442,7 +442,7 @@ class Retriever:
 
     def embed(self, question: str) -> np.ndarray:
         """The question's unit vector."""
-        return self.embedder.embed([question])[0]
+        return self.embedder.embed_cached([question])[0]
 
     # --- schema retrieval ----------------------------------------------------------------------
 

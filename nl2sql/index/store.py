@@ -51,6 +51,17 @@ MIGRATIONS: tuple[str, ...] = (
         model_id TEXT NOT NULL, text_hash TEXT NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (model_id, text_hash)
     );
     """,
+    """
+    CREATE TABLE plan_cache (
+        cache_key TEXT PRIMARY KEY, datasource_id TEXT NOT NULL, fingerprint TEXT NOT NULL, plan TEXT NOT NULL,
+        created_at REAL NOT NULL, hits INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE traces (
+        trace_id TEXT PRIMARY KEY, created_at REAL NOT NULL, question TEXT NOT NULL, status TEXT NOT NULL,
+        document TEXT NOT NULL
+    );
+    CREATE INDEX traces_by_time ON traces (created_at);
+    """,
 )
 
 
@@ -268,3 +279,32 @@ class StateStore:
         with self.connect() as conn:
             conn.executemany("INSERT OR REPLACE INTO embedding_cache (model_id, text_hash, vector) VALUES (?, ?, ?)",
                              [(model_id, h, v.astype(np.float32).tobytes()) for h, v in vectors.items()])
+
+    # --- plan cache and traces -----------------------------------------------------------------
+
+    def cached_plan(self, cache_key: str) -> str | None:
+        """A cached plan's JSON (its hit counted), or None."""
+        with self.connect() as conn:
+            row = conn.execute("SELECT plan FROM plan_cache WHERE cache_key = ?", (cache_key,)).fetchone()
+            if row:
+                conn.execute("UPDATE plan_cache SET hits = hits + 1 WHERE cache_key = ?", (cache_key,))
+        return row[0] if row else None
+
+    def cache_plan(self, cache_key: str, datasource_id: str, fingerprint: str, plan_json: str) -> None:
+        """Remember a plan that validated and ran."""
+        with self.connect() as conn:
+            conn.execute("INSERT OR REPLACE INTO plan_cache (cache_key, datasource_id, fingerprint, plan, created_at) "
+                         "VALUES (?, ?, ?, ?, ?)", (cache_key, datasource_id, fingerprint, plan_json, time.time()))
+
+    def save_trace(self, trace_id: str, question: str, status: str, document: dict) -> None:
+        """Store a run's trace document (steps, sizes, explanations, SQL, timings; never rows past the preview)."""
+        with self.connect() as conn:
+            conn.execute("INSERT OR REPLACE INTO traces (trace_id, created_at, question, status, document) "
+                         "VALUES (?, ?, ?, ?, ?)", (trace_id, time.time(), question, status,
+                                                    json.dumps(document, default=str)))
+
+    def trace(self, trace_id: str) -> dict | None:
+        """A stored trace document, or None."""
+        with self.connect() as conn:
+            row = conn.execute("SELECT document FROM traces WHERE trace_id = ?", (trace_id,)).fetchone()
+        return json.loads(row[0]) if row else None

@@ -1,0 +1,84 @@
+"""The ask flow: a question's declared steps (`pipeline/declaration.py`), each run as a Prefect task.
+
+The flow run is the run's scope: its id is the trace id, and every event is forwarded to
+Prefect as `nl2sql.<name>` related to it. Its final state: Completed whenever a QueryResult
+was built — including refused, failed, unanswerable and stopped questions, whose status is on the
+result — and Failed only for an engine fault (an exception no step could turn into a result).
+Follow a question's path from `ask` below: start_run → drive (the declaration) → finish_run.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from prefect import flow
+from prefect.artifacts import create_markdown_artifact
+from prefect.runtime import flow_run
+
+from nl2sql.blocks import load_datasource_url, load_llm_block
+from nl2sql.config import config_path, load_config
+from nl2sql.events.prefect_events import forward_to_prefect
+from nl2sql.pipeline.inline import run_parallel
+from nl2sql.pipeline.result import QueryResult
+from nl2sql.pipeline.run import drive, fail_run, finish_run, start_run
+from nl2sql.pipeline.runtime import Runtime
+from nl2sql.tasks.ask import call_step_task
+
+_runtimes: dict[tuple[str, float], Runtime] = {}
+_runtimes_lock = threading.Lock()
+NAME_CHARS = 80
+
+
+def runtime_for(config: str | None) -> Runtime:
+    """The process's runtime for a configuration file (rebuilt when the file changes)."""
+    path = Path(config_path(config)).resolve()
+    key = (str(path), path.stat().st_mtime if path.exists() else 0.0)
+    with _runtimes_lock:
+        if key not in _runtimes:
+            for old in [k for k in _runtimes if k[0] == key[0]]:
+                _runtimes.pop(old).close()
+            _runtimes[key] = Runtime(load_config(path), block_loader=load_datasource_url,
+                                     llm_block_loader=load_llm_block, forward=forward_to_prefect)
+        return _runtimes[key]
+
+
+def _run_name() -> str:
+    question = " ".join(str(flow_run.get_parameters().get("question", "")).split())
+    return question if len(question) <= NAME_CHARS else question[: NAME_CHARS - 1] + "…"
+
+
+def result_markdown(result: QueryResult) -> str:
+    """The run's answer, SQL and first rows, for the flow run's artifact."""
+    lines = [f"# {result.question}", "", f"**Status:** {result.status}", "", result.answer.content or "", ""]
+    for sq in result.sub_queries:
+        lines += [f"## {sq.id} · {sq.datasource_id}", ""]
+        if sq.sql:
+            lines += ["```sql", sq.sql, "```", ""]
+        if sq.columns:
+            lines += ["| " + " | ".join(sq.columns) + " |", "|" + "---|" * len(sq.columns)]
+            lines += ["| " + " | ".join("" if v is None else str(v) for v in row) + " |" for row in sq.rows[:10]]
+            more = f"{sq.total_rows} rows" + (" (truncated)" if sq.truncated else "")
+            lines += ["", more, ""]
+    for w in result.warnings:
+        lines.append(f"- ⚠ {w.code}: {w.message}")
+    return "\n".join(lines)
+
+
+@flow(name="ask", flow_run_name=_run_name, log_prints=False)
+def ask(question: str, role: str | None = None, user_id: str | None = None, datasource_id: str | None = None,
+        execute: bool = True, config: str | None = None, artifact: bool = True) -> QueryResult:
+    """Answer a question for a role: every step a task run, the answer and SQL as an artifact."""
+    runtime = runtime_for(config)
+    ctx, state = start_run(runtime, question, roles=[role] if role else [], user_id=user_id,
+                           datasource_id=datasource_id, execute=execute, trace_id=str(flow_run.get_id()))
+    try:
+        with ctx.scope.entered():
+            drive(ctx, state, call_step_task, run_parallel)
+            result = finish_run(ctx, state)
+    except BaseException as exc:
+        fail_run(ctx, state, exc)
+        raise
+    if artifact:
+        create_markdown_artifact(result_markdown(result), key="answer", description="The answer, SQL and rows")
+    return result

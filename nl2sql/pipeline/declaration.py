@@ -1,0 +1,84 @@
+"""The question's steps, declared once and in order, with the six hook points where they sit.
+
+Both executors run this declaration: the Prefect flow (`flows/ask.py`, each step a task run) and
+the inline executor (`pipeline/inline.py`, in-process, for evals and library callers).
+
+    run.before → curated_matcher → resolver → datasources.after → decomposer
+      → per sub-query, in parallel: schema_retrieval → planner (or the plan cache) → plan.after
+           → validator → generator → execute.before → executor → execute.after
+           (a validation or database error: refiner, then again from the validator, up to max_retries)
+      → aggregator → synthesizer → answer.after
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from nl2sql.pipeline import steps
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step: a plain function over the state, or a hook point (fn None)."""
+
+    name: str
+    fn: Callable[..., Any] | None = None
+    per_sub_query: bool = False
+
+    @property
+    def is_hook_point(self) -> bool:
+        """Whether this step is one of the six hook points."""
+        return self.fn is None
+
+
+def hook_point(name: str, *, per_sub_query: bool = False) -> Step:
+    """A hook point in the declaration."""
+    return Step(name, None, per_sub_query)
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """Steps before the sub-queries, each sub-query's steps, the refiner loop, and steps after."""
+
+    before: tuple[Step, ...]
+    sub_query: tuple[Step, ...]
+    refiner: Step
+    retry_from: str
+    refinable: frozenset[str]
+    after: tuple[Step, ...]
+
+    def steps(self) -> list[Step]:
+        """Every step, in order (the refiner after the sub-query steps)."""
+        return [*self.before, *self.sub_query, self.refiner, *self.after]
+
+
+ASK = Pipeline(
+    before=(
+        hook_point("run.before"),
+        Step("curated_matcher", steps.match_curated),
+        Step("resolver", steps.resolve_datasources),
+        hook_point("datasources.after"),
+        Step("decomposer", steps.decompose),
+    ),
+    sub_query=(
+        Step("schema_retrieval", steps.retrieve_schema, per_sub_query=True),
+        Step("planner", steps.plan_sub_query, per_sub_query=True),
+        hook_point("plan.after", per_sub_query=True),
+        Step("validator", steps.validate, per_sub_query=True),
+        Step("generator", steps.generate, per_sub_query=True),
+        hook_point("execute.before", per_sub_query=True),
+        Step("executor", steps.execute, per_sub_query=True),
+        hook_point("execute.after", per_sub_query=True),
+    ),
+    refiner=Step("refiner", steps.refine, per_sub_query=True),
+    retry_from="validator",
+    # errors a corrected plan can fix; a refusal, a timeout or a model failure never goes to the refiner
+    refinable=frozenset({"PLAN_INVALID", "DATASOURCE_ERROR", "SQL_REJECTED"}),
+    after=(
+        Step("aggregator", steps.aggregate),
+        Step("synthesizer", steps.synthesize),
+        hook_point("answer.after"),
+    ),
+)

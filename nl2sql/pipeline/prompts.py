@@ -1,0 +1,147 @@
+"""What the model nodes are asked, and the shapes of their structured answers.
+
+Prompts hold the question, datasource descriptions and the retrieved schema (with sample values
+of filterable columns): never rows of a result, except the synthesizer's preview of the answer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from nl2sql.llm.models import Message
+
+# --- structured answers ---------------------------------------------------------------------------
+
+
+class Answerability(BaseModel):
+    """The resolver's answer: can the shortlisted datasources answer the question, and which are needed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    answerable: bool
+    datasource_ids: list[str] = Field(description="The datasources needed, most relevant first.")
+    reason: str = Field(description="One sentence: why, or what is missing.")
+
+
+class PlannedColumn(BaseModel):
+    """A column a sub-query should return."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str
+
+
+class PlannedSubQuery(BaseModel):
+    """One sub-query of a decomposed question."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    datasource_id: str
+    question: str
+    expected_columns: list[PlannedColumn]
+
+
+class PlannedKey(BaseModel):
+    """A pair of columns that hold the same key in the left and right sub-queries."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    left: str
+    right: str
+
+
+class PlannedCombine(BaseModel):
+    """How two sub-queries' results are combined."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["join", "compare", "union"]
+    left: int = Field(description="Index of the left sub-query (0-based).")
+    right: int = Field(description="Index of the right sub-query (0-based).")
+    join_keys: list[PlannedKey]
+
+
+class Decomposition(BaseModel):
+    """The decomposer's answer: sub-queries (one datasource each) and how to combine them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sub_queries: list[PlannedSubQuery]
+    combine: PlannedCombine | None
+
+
+# --- messages -------------------------------------------------------------------------------------
+
+RESOLVER_SYSTEM = """You decide whether a question can be answered from the databases listed.
+Answer answerable=false when none of them holds the data (or the question is not about data).
+List in datasource_ids only ids from the list, the fewest that together answer the question."""
+
+DECOMPOSER_SYSTEM = """You split a question that needs several databases into sub-queries, one database each.
+Each sub-query is a plain question answerable from its database alone; name the columns it must return.
+When results must be combined, give combine: join (rows matched on keys), compare (values side by side per key)
+or union (rows stacked); a join key is a column each side returns, holding the same values (e.g. a customer id).
+Use at most {max_sub_queries} sub-queries."""
+
+PLANNER_SYSTEM = """You write a query plan (JSON matching the schema) that answers the question from the tables below.
+Use only the tables and columns listed, with their exact names. Dialect: {dialect}.
+Give each output column a short snake_case alias; return the expected columns when they are listed.
+Break ties in ordering on a key column. Use a LIMIT only when the question asks for a number of rows."""
+
+REFINER_SYSTEM = PLANNER_SYSTEM + """
+Your previous plan failed. Read the errors and return a corrected plan."""
+
+SYNTHESIZER_SYSTEM = """You answer a question in two or three plain sentences from the query result given.
+State the numbers as they appear in the result; never invent values that are not in it.
+Mention the data notes when there are any."""
+
+
+def datasource_lines(datasources: Sequence[tuple[str, str, Sequence[str]]]) -> str:
+    """One block per datasource: id, description and the tables that matched the question."""
+    return "\n".join(f"- {ds}: {desc.strip()} Tables: {', '.join(tables) or '—'}" for ds, desc, tables in datasources)
+
+
+def resolver_messages(question: str, datasources: Sequence[tuple[str, str, Sequence[str]]]) -> list[Message]:
+    """Messages for the answerability check."""
+    return [Message("system", RESOLVER_SYSTEM),
+            Message("user", f"Databases:\n{datasource_lines(datasources)}\n\nQuestion: {question}")]
+
+
+def decomposer_messages(question: str, schemas: Sequence[tuple[str, str, str]], max_sub_queries: int) -> list[Message]:
+    """Messages for the decomposer: each datasource's description and retrieved schema."""
+    blocks = "\n\n".join(f"Database {ds}: {desc.strip()}\n{schema}" for ds, desc, schema in schemas)
+    return [Message("system", DECOMPOSER_SYSTEM.format(max_sub_queries=max_sub_queries)),
+            Message("user", f"{blocks}\n\nQuestion: {question}")]
+
+
+def _expected(expected: Sequence[str]) -> str:
+    return f"\nExpected columns: {', '.join(expected)}" if expected else ""
+
+
+def planner_messages(question: str, schema_text: str, dialect: str, expected: Sequence[str] = ()) -> list[Message]:
+    """Messages for the planner."""
+    return [Message("system", PLANNER_SYSTEM.format(dialect=dialect)),
+            Message("user", f"Tables:\n{schema_text}\n\nQuestion: {question}{_expected(expected)}")]
+
+
+def refiner_messages(question: str, schema_text: str, dialect: str, plan: dict[str, Any] | None,
+                     errors: Sequence[str], expected: Sequence[str] = ()) -> list[Message]:
+    """Messages for the refiner: the failed plan and its errors."""
+    previous = json.dumps(plan, separators=(",", ":")) if plan is not None else "(none)"
+    return [Message("system", REFINER_SYSTEM.format(dialect=dialect)),
+            Message("user", f"Tables:\n{schema_text}\n\nQuestion: {question}{_expected(expected)}\n\n"
+                            f"Previous plan: {previous}\n\nErrors:\n" + "\n".join(f"- {e}" for e in errors))]
+
+
+def synthesizer_messages(question: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], total_rows: int,
+                         notes: Sequence[str]) -> list[Message]:
+    """Messages for the answer: the question, the result's first rows, and data notes."""
+    table = "\n".join([" | ".join(columns)] + [" | ".join("" if v is None else str(v) for v in r) for r in rows])
+    more = f"\n({total_rows} rows in all; the first {len(rows)} shown)" if total_rows > len(rows) else ""
+    note_text = ("\nData notes:\n" + "\n".join(f"- {n}" for n in notes)) if notes else ""
+    return [Message("system", SYNTHESIZER_SYSTEM),
+            Message("user", f"Question: {question}\n\nResult:\n{table}{more}{note_text}")]

@@ -1,0 +1,224 @@
+"""Running the declaration: one driver for both executors, and the run's start and finish.
+
+An executor supplies `call` (how one step runs: directly, or as a Prefect task run) and
+`parallel` (how the sub-queries run side by side); everything else, from the order of steps to
+the refiner loop, the error rules and the result, is here once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+from nl2sql.errors import GENERIC_REFUSAL, NL2SQLError, SecurityViolation
+from nl2sql.llm.models import LimitReached
+from nl2sql.pipeline.declaration import ASK, Pipeline, Step
+from nl2sql.pipeline.result import Answer, CombinedResult, QueryResult, RunError, SubQueryResult
+from nl2sql.pipeline.runtime import RunContext, Runtime, timeout_stop
+from nl2sql.pipeline.state import RunState, SubQuery
+from nl2sql.pipeline.steps import result_rows
+from nl2sql.policies.scope import role_rules
+
+StepCall = Callable[[Step, RunContext, RunState, "SubQuery | None"], None]
+Parallel = Callable[[Sequence[Callable[[], None]]], None]
+
+
+def _error(exc: NL2SQLError, step: Step, sq: SubQuery | None) -> RunError:
+    if isinstance(exc, SecurityViolation):  # the generic sentence, nothing else
+        return RunError(code=exc.code, message=GENERIC_REFUSAL, node=step.name, sub_query_id=sq.id if sq else None)
+    return RunError(code=exc.code, message=exc.message, node=exc.node or step.name, fix=exc.fix,
+                    sub_query_id=sq.id if sq else None)
+
+
+def _stop(ctx: RunContext, state: RunState, stop: LimitReached) -> None:
+    if state.limit is None:
+        state.limit = {"limit": stop.limit, "setting": stop.setting, "message": stop.message}
+        ctx.scope.publish("run.limit_reached", limit=stop.limit, setting=stop.setting, message=stop.message)
+    state.end("stopped", RunError(code=stop.code, message=stop.message, node="limits"))
+
+
+def invoke_step(step: Step, ctx: RunContext, state: RunState, sq: SubQuery | None = None) -> None:
+    """Run one step: node events, the time limit, and its errors recorded on the state (never raised)."""
+    if step.is_hook_point:
+        ctx.runtime.hooks.run(step.name, state, sq)
+        return
+    sub_id = sq.id if sq else None
+    ctx.scope.publish("node.started", node=step.name, sub_query_id=sub_id)
+    started = time.perf_counter()
+    error: RunError | None = None
+    try:
+        remaining = ctx.scope.remaining_s()
+        if remaining is not None and remaining <= 0:
+            raise timeout_stop(ctx.scope.timeout_s or 0)
+        step.fn(ctx, state, sq) if step.per_sub_query else step.fn(ctx, state)  # type: ignore[misc]
+    except LimitReached as exc:
+        error = RunError(code=exc.code, message=exc.message, node=step.name, sub_query_id=sub_id)
+        _stop(ctx, state, exc)
+    except NL2SQLError as exc:
+        error = _error(exc, step, sq)
+        if isinstance(exc, SecurityViolation):
+            if step.name != "resolver":  # the resolver published its own decision
+                ctx.scope.publish("policy.decision", decision="deny", step=step.name,
+                                  datasource_id=sq.datasource_id if sq else None, roles=state.roles,
+                                  rule="a table outside the caller's roles")
+            if sq is not None:  # nothing of a refused plan is kept: it may name what the caller may not see
+                sq.plan = None
+                sq.sql = None
+                sq.tables = []
+            state.end("error", error)
+        elif sq is not None:
+            sq.error = error
+        else:
+            state.end("error", error)
+    finally:
+        elapsed = (time.perf_counter() - started) * 1000
+        timings = sq.timings_ms if sq else state.timings_ms
+        timings[step.name] = round(timings.get(step.name, 0.0) + elapsed, 2)
+        ctx.scope.publish("node.finished", node=step.name, sub_query_id=sub_id, ok=error is None,
+                          error_code=error.code if error else None, duration_ms=round(elapsed, 2))
+
+
+def run_sub_query(pipeline: Pipeline, ctx: RunContext, state: RunState, sq: SubQuery, call: StepCall) -> None:
+    """One sub-query's steps in order; a refinable error goes to the refiner, then again from `retry_from`."""
+    names = [s.name for s in pipeline.sub_query]
+    i = 0
+    max_retries = ctx.config.settings.pipeline.max_retries
+    while i < len(pipeline.sub_query) and not state.finished:
+        call(pipeline.sub_query[i], ctx, state, sq)
+        if sq.error is None:
+            i += 1
+            continue
+        if (sq.error.code in pipeline.refinable and sq.verified is None and sq.attempts < max_retries
+                and sq.schema is not None and ctx.llm.configured("refiner")):
+            sq.attempts += 1
+            call(pipeline.refiner, ctx, state, sq)
+            if sq.error is None:
+                i = names.index(pipeline.retry_from)
+                continue
+        return
+
+
+def drive(ctx: RunContext, state: RunState, call: StepCall, parallel: Parallel, pipeline: Pipeline = ASK) -> None:
+    """Run the whole declaration over the state."""
+    for step in pipeline.before:
+        if state.finished:
+            return
+        call(step, ctx, state, None)
+    if state.finished:
+        return
+    parallel([partial(run_sub_query, pipeline, ctx, state, sq, call) for sq in state.sub_queries])
+    failed = [sq for sq in state.sub_queries if sq.error is not None]
+    if failed and not state.finished:
+        for sq in failed:
+            state.errors.append(sq.error)  # type: ignore[arg-type]
+        state.end("error")
+    for step in pipeline.after:
+        if state.finished:
+            return
+        call(step, ctx, state, None)
+
+
+def check_roles(runtime: Runtime, roles: Sequence[str]) -> list[str]:
+    """The caller's roles (the default role when none), each known (UnknownNameError otherwise)."""
+    names = list(roles) or [runtime.config.policies.default_role]
+    for name in names:
+        role_rules(runtime.config.policies, name)
+    return names
+
+
+def start_run(runtime: Runtime, question: str, *, roles: Sequence[str], user_id: str | None = None,
+              datasource_id: str | None = None, execute: bool = True,
+              trace_id: str | None = None) -> tuple[RunContext, RunState]:
+    """Open the run's scope and model client, and publish run.started."""
+    roles = check_roles(runtime, roles)
+    if datasource_id is not None:
+        runtime.config.datasource(datasource_id)
+    scope = runtime.open_scope(trace_id)
+    ctx = RunContext(runtime, scope, runtime.llm_client(scope))
+    state = RunState(question=question, roles=list(roles), user_id=user_id, datasource_id=datasource_id,
+                     execute=execute)
+    scope.publish("run.started", question=question, user_id=user_id, roles=list(roles), datasource_id=datasource_id,
+                  execute=execute)
+    return ctx, state
+
+
+def build_result(ctx: RunContext, state: RunState) -> QueryResult:
+    """The QueryResult of a finished state."""
+    status = state.status or ("plan_only" if not state.execute else "success")
+    preview = ctx.config.settings.pipeline.preview_rows
+    subs = []
+    for sq in state.sub_queries:
+        columns, rows = result_rows(sq)
+        subs.append(SubQueryResult(
+            id=sq.id, datasource_id=sq.datasource_id, question=sq.question, source=sq.plan_source, sql=sq.sql,
+            plan=sq.plan.model_dump(mode="json", exclude_none=True) if sq.plan else None, columns=columns,
+            rows=rows[:preview], total_rows=len(rows) if sq.result is not None else None,
+            truncated=bool(sq.result and sq.result.truncated), attempts=sq.attempts, error=sq.error))
+    combined = None
+    if state.combined is not None and state.combine is not None:
+        combined = CombinedResult(kind=state.combine.kind, columns=state.combined.columns,
+                                  rows=[list(r) for r in state.combined.rows[:preview]],
+                                  total_rows=state.combined.total_rows, truncated=state.combined.truncated)
+    answer = Answer(summary=state.summary, content=state.answer)
+    if status in ("error", "stopped") and state.errors:
+        first = state.errors[0]
+        text = first.message + (f" {first.fix}" if first.fix else "")
+        answer = Answer(summary=first.message, content=text)
+    usage = ctx.llm.usage()
+    return QueryResult(trace_id=ctx.scope.trace_id, question=state.question, status=status, answer=answer,
+                       sub_queries=subs, combined=combined, warnings=state.warnings, errors=state.errors,
+                       usage=usage.model_dump(), cost_usd=ctx.llm.cost_usd(), llm_calls=len(ctx.llm.records),
+                       duration_ms=round(ctx.scope.elapsed_ms(), 2))
+
+
+def trace_document(ctx: RunContext, state: RunState, result: QueryResult) -> dict[str, Any]:
+    """What the state store keeps of a run: steps, sizes, explanations, SQL and timings (rows only as previewed)."""
+    subs = []
+    for sq, out in zip(state.sub_queries, result.sub_queries, strict=True):
+        subs.append({
+            "id": sq.id, "datasource_id": sq.datasource_id, "question": sq.question, "source": sq.plan_source,
+            "verified": None if sq.verified is None else {"question": sq.verified.question,
+                                                          "similarity": sq.verified.similarity,
+                                                          "parameters": sq.verified.parameters},
+            "retrieval": None if sq.schema is None or (out.error and out.error.code == "SECURITY_VIOLATION") else {
+                "tables": sq.schema.table_names(), "columns_sent": sq.schema.column_count},
+            "sql": out.sql, "columns": out.columns, "total_rows": out.total_rows, "truncated": out.truncated,
+            "attempts": sq.attempts, "error": out.error.model_dump() if out.error else None,
+            "timings_ms": sq.timings_ms, "prompt_chars": sq.prompt_chars})
+    return {
+        "trace_id": result.trace_id, "question": state.question, "roles": state.roles, "user_id": state.user_id,
+        "status": result.status, "routing": state.routing, "answerability": state.answerability,
+        "datasource_ids": state.datasource_ids, "sub_queries": subs,
+        "combine": state.combine.model_dump() if state.combine else None,
+        "steps": [e.data for e in ctx.scope.events if e.name == "node.finished"],
+        "llm_calls": [{"node": r.node, "model": r.model, "prompt_chars": r.prompt_chars, "ok": r.ok,
+                       "input_tokens": r.usage.input_tokens, "output_tokens": r.usage.output_tokens,
+                       "cost_usd": r.cost_usd, "latency_ms": round(r.latency_ms, 1)} for r in ctx.llm.records],
+        "prompt_chars": state.prompt_chars, "timings_ms": state.timings_ms,
+        "warnings": [w.model_dump() for w in result.warnings], "errors": [e.model_dump() for e in result.errors],
+        "events": [e.name for e in ctx.scope.events if e.name != "answer.delta"],
+        "usage": result.usage, "cost_usd": result.cost_usd, "duration_ms": result.duration_ms,
+    }
+
+
+def finish_run(ctx: RunContext, state: RunState) -> QueryResult:
+    """Build the result, store the trace, publish run.finished (the run's last event)."""
+    result = build_result(ctx, state)
+    ctx.runtime.store.save_trace(result.trace_id, state.question, result.status, trace_document(ctx, state, result))
+    tables = sorted({f"{sq.datasource_id}.{t}" for sq in state.sub_queries for t in sq.tables})
+    ctx.scope.publish("run.finished", status=result.status, error_codes=[e.code for e in result.errors],
+                      warning_codes=[w.code for w in result.warnings],
+                      datasources=sorted({sq.datasource_id for sq in state.sub_queries}), tables=tables,
+                      llm_calls=result.llm_calls, cost_usd=result.cost_usd, duration_ms=result.duration_ms)
+    ctx.llm.close()
+    return result
+
+
+def fail_run(ctx: RunContext, state: RunState, exc: BaseException) -> None:
+    """Publish run.failed for a run that ended by an engine fault (or an interrupt)."""
+    code = exc.code if isinstance(exc, NL2SQLError) else type(exc).__name__
+    ctx.scope.publish("run.failed", message=str(exc)[:500] or type(exc).__name__, code=code, user_id=state.user_id,
+                      roles=state.roles)
+    ctx.llm.close()

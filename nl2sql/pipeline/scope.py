@@ -1,0 +1,99 @@
+"""The run scope: one question's trace id, its events in order, and the log context of its threads.
+
+Every event of a run goes through its scope, which holds a lock while the bus delivers it, so
+run.started is always first and exactly one terminal event (run.finished or run.failed) is last,
+whatever an observer does. While a scope is entered, every log record (on any thread that copied
+the caller's context, as Prefect's task runner and the inline executor do) carries its trace id.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from nl2sql.events import TERMINAL_EVENTS, Event, EventBus
+
+CURRENT_TRACE: contextvars.ContextVar[str | None] = contextvars.ContextVar("nl2sql_trace_id", default=None)
+_factory_lock = threading.Lock()
+_factory_installed = False
+
+
+def install_trace_ids() -> None:
+    """Give every log record a `trace_id` attribute (the current run's, or None); idempotent."""
+    global _factory_installed
+    with _factory_lock:
+        if _factory_installed:
+            return
+        previous = logging.getLogRecordFactory()
+
+        def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+            record = previous(*args, **kwargs)
+            record.trace_id = CURRENT_TRACE.get()
+            return record
+
+        logging.setLogRecordFactory(factory)
+        _factory_installed = True
+
+
+class RunScope:
+    """One run: its trace id, a bus of its own (observers subscribed), the events it published, its clock."""
+
+    def __init__(self, trace_id: str, bus: EventBus | None = None, *, timeout_s: float | None = None) -> None:
+        self.trace_id = trace_id
+        self.bus = bus or EventBus(trace_id=trace_id)
+        self.bus.trace_id = trace_id
+        self.events: list[Event] = []
+        self.started_at = time.monotonic()
+        self.deadline = self.started_at + timeout_s if timeout_s else None
+        self.timeout_s = timeout_s
+        self.closed = False
+        self._lock = threading.RLock()
+        install_trace_ids()
+
+    # --- events ------------------------------------------------------------------------------
+
+    def publish(self, name: str, **data: object) -> Event | None:
+        """Publish one of this run's events (dropped once the run has ended: nothing follows the terminal event)."""
+        with self._lock:
+            if self.closed:
+                return None
+            if name in TERMINAL_EVENTS:
+                self.closed = True
+            event = self.bus.publish(name, **data)
+            self.events.append(event)
+            return event
+
+    def follow(self, fn: Callable[[Event], None], names: Iterable[str] | None = None) -> Callable[[], None]:
+        """Replay what this run already published and subscribe `fn` to the rest, with nothing lost or doubled."""
+        wanted = frozenset(names) if names else None
+        with self._lock:
+            for event in self.events:
+                if wanted is None or event.name in wanted:
+                    fn(event)
+            return self.bus.subscribe(fn, wanted)
+
+    # --- time --------------------------------------------------------------------------------
+
+    def remaining_s(self) -> float | None:
+        """Seconds left before the run's time limit (None without one)."""
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    def elapsed_ms(self) -> float:
+        """Milliseconds since the run began."""
+        return (time.monotonic() - self.started_at) * 1000
+
+    # --- log context -------------------------------------------------------------------------
+
+    @contextmanager
+    def entered(self) -> Iterator[RunScope]:
+        """Log records written inside carry this run's trace id."""
+        token = CURRENT_TRACE.set(self.trace_id)
+        try:
+            yield self
+        finally:
+            CURRENT_TRACE.reset(token)

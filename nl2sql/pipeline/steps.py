@@ -1,0 +1,333 @@
+"""The steps of a question, each a plain function over the typed state (run-level: `(ctx, state)`;
+per sub-query: `(ctx, state, sub_query)`). The declaration in `pipeline/declaration.py` orders them;
+the executors (inline, Prefect) run them. Steps raise the engine's errors; the executors record them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from decimal import Decimal
+from typing import Any
+
+from nl2sql.aggregate import JOIN_KEY_UNCONVERTED, CombineSpec, Frame, JoinKeyPair, combine
+from nl2sql.datasources.checked import run_checked_sql
+from nl2sql.errors import IndexNotBuilt, QuestionNotAnswerable, QuestionTooBroad, SecurityViolation
+from nl2sql.pipeline import prompts
+from nl2sql.pipeline.result import RunWarning
+from nl2sql.pipeline.runtime import RunContext
+from nl2sql.pipeline.state import ExpectedColumn, RunState, SubQuery
+from nl2sql.plan import PlanModel, generate_sql, validate_plan
+from nl2sql.plan.join_keys import Dtype
+from nl2sql.policies import reachable_datasources, scope
+from nl2sql.verified.match import match_verified
+
+# --- before the sub-queries -----------------------------------------------------------------------
+
+
+def _reachable(ctx: RunContext, state: RunState) -> list[str]:
+    ids = [state.datasource_id] if state.datasource_id else [d.id for d in ctx.config.datasources]
+    return reachable_datasources(ctx.config.policies, state.roles, ids)
+
+
+def match_curated(ctx: RunContext, state: RunState) -> None:
+    """Answer from a verified query when one matches the question (its SQL still checked against the role)."""
+    reachable = _reachable(ctx, state)
+    candidates = [(ds.id, i, q) for ds in ctx.config.datasources if ds.id in reachable
+                  for i, q in enumerate(ds.verified_queries)]
+    if not candidates:
+        return
+    runtime = ctx.runtime
+    embedder = runtime.index.retriever.embedder
+    match = match_verified(
+        state.question, candidates, embed=embedder.embed_cached,
+        lookup=lambda ds: lambda table, column: runtime.column_values(ds, table, column),
+        dialect_of=lambda ds: runtime.catalog.get(ds).name, min_similarity=ctx.config.settings.curated.min_similarity)
+    if match is None:
+        return
+    state.datasource_ids = [match.datasource_id]
+    state.sub_queries = [SubQuery(id="sq1", datasource_id=match.datasource_id, question=state.question,
+                                  verified=match, sql=match.sql, plan_source="verified")]
+
+
+def resolve_datasources(ctx: RunContext, state: RunState) -> None:
+    """The caller's datasources first (none: refused, no search), then routing, then the model's answerability check."""
+    if state.sub_queries:  # a verified query answers
+        return
+    reachable = _reachable(ctx, state)
+    if not reachable:
+        ctx.scope.publish("policy.decision", decision="deny", step="resolver", datasource_id=state.datasource_id,
+                          roles=state.roles, rule="no role of the caller reaches any datasource asked about")
+        raise SecurityViolation(node="resolver")
+    index = ctx.runtime.index
+    built = [ds for ds in reachable if ds not in index.unbuilt(reachable)]
+    for ds in sorted(set(reachable) - set(built)):
+        state.warnings.append(RunWarning(code="INDEX_NOT_BUILT", message=f"Datasource {ds} has no index build yet "
+                                         "and was not considered. Run `nl2sql index build`."))
+    if not built:
+        raise IndexNotBuilt("No datasource this question could use has an index yet.",
+                            fix="Run `nl2sql index build` first.", node="resolver")
+    routing = index.route(state.question, state.roles, built)
+    state.routing = routing.explanation()
+    shortlist = routing.picks or built[:1]
+    described = []
+    for ds in shortlist:
+        schema = index.schema(state.question, state.roles, ds)
+        described.append((ds, ctx.config.datasource(ds).description, schema.table_names()[:8]))
+    messages = prompts.resolver_messages(state.question, described)
+    state.prompt_chars["resolver"] = sum(len(m.content) for m in messages)
+    answer = ctx.llm.structured("resolver", messages, prompts.Answerability)
+    state.answerability = answer.model_dump()
+    if not answer.answerable:
+        raise QuestionNotAnswerable(
+            f"None of the data you can reach answers this question: {answer.reason}",
+            fix="Rephrase it in terms of the data (see `nl2sql datasources list`), or ask for a datasource.",
+            node="resolver")
+    chosen = [ds for ds in dict.fromkeys(answer.datasource_ids) if ds in shortlist]  # never widens the scope
+    state.datasource_ids = chosen or shortlist[:1]
+
+
+def decompose(ctx: RunContext, state: RunState) -> None:
+    """One sub-query per datasource needed, and how to combine them (no model call for a single datasource)."""
+    if state.sub_queries:
+        return
+    if len(state.datasource_ids) == 1:
+        state.sub_queries = [SubQuery(id="sq1", datasource_id=state.datasource_ids[0], question=state.question)]
+        return
+    index = ctx.runtime.index
+    limit = ctx.config.settings.routing.max_sub_queries
+    schemas = [(ds, ctx.config.datasource(ds).description, index.schema(state.question, state.roles, ds).render())
+               for ds in state.datasource_ids]
+    messages = prompts.decomposer_messages(state.question, schemas, limit)
+    state.prompt_chars["decomposer"] = sum(len(m.content) for m in messages)
+    plan = ctx.llm.structured("decomposer", messages, prompts.Decomposition)
+    if len(plan.sub_queries) > limit:
+        raise QuestionTooBroad(
+            f"This question needs {len(plan.sub_queries)} separate queries; at most {limit} are allowed "
+            "(settings.routing.max_sub_queries).", fix="Ask about fewer things at once.", node="decomposer")
+    kept: list[SubQuery] = []
+    positions: dict[int, str] = {}
+    for i, sq in enumerate(plan.sub_queries):
+        if sq.datasource_id not in state.datasource_ids:  # the model may not add a datasource
+            state.warnings.append(RunWarning(code="SUB_QUERY_DROPPED", message="A sub-query for a datasource "
+                                             "that routing did not choose was dropped."))
+            continue
+        sub_id = f"sq{len(kept) + 1}"
+        positions[i] = sub_id
+        kept.append(SubQuery(id=sub_id, datasource_id=sq.datasource_id, question=sq.question,
+                             expected_columns=[ExpectedColumn(c.name, c.description) for c in sq.expected_columns]))
+    if not kept:
+        raise QuestionNotAnswerable("The question could not be split into queries on the data you can reach.",
+                                    node="decomposer")
+    state.sub_queries = kept
+    c = plan.combine
+    if c is not None and c.left in positions and c.right in positions and c.left != c.right:
+        state.combine = CombineSpec(kind=c.kind, left=positions[c.left], right=positions[c.right],
+                                    join_keys=[JoinKeyPair(left=k.left, right=k.right) for k in c.join_keys])
+
+
+# --- per sub-query --------------------------------------------------------------------------------
+
+
+def retrieve_schema(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
+    """The tables and columns the planner sees for this sub-query (only what the caller may read)."""
+    if sq.verified:
+        return
+    sq.schema = ctx.runtime.index.schema(sq.question, state.roles, sq.datasource_id)
+
+
+def _scope_key(ctx: RunContext, state: RunState, datasource_id: str) -> str:
+    caller = scope(ctx.config.policies, state.roles, datasource_id)  # the rules, not the role names, decide
+    return json.dumps(sorted([r.admin, list(r.allow), list(r.deny)] for r in caller.roles))
+
+
+def plan_cache_key(ctx: RunContext, state: RunState, sq: SubQuery, fingerprint: str) -> str:
+    """The plan cache's key: question, datasource, schema fingerprint, and the caller's scope."""
+    parts = [" ".join(sq.question.lower().split()), sq.datasource_id, fingerprint,
+             _scope_key(ctx, state, sq.datasource_id), ",".join(c.name for c in sq.expected_columns)]
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+
+def _fingerprint(ctx: RunContext, datasource_id: str) -> str:
+    build = ctx.runtime.store.live_build(datasource_id)
+    return build.fingerprint if build and build.fingerprint else ""
+
+
+def plan_sub_query(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
+    """The sub-query's plan, from the plan cache or the planner model."""
+    if sq.verified:
+        return
+    key = plan_cache_key(ctx, state, sq, _fingerprint(ctx, sq.datasource_id))
+    cached = ctx.runtime.store.cached_plan(key)
+    ctx.scope.publish("plan_cache.lookup", sub_query_id=sq.id, datasource_id=sq.datasource_id, hit=cached is not None)
+    if cached is not None:
+        sq.plan, sq.plan_source = PlanModel.model_validate_json(cached), "plan_cache"
+        return
+    assert sq.schema is not None
+    messages = prompts.planner_messages(sq.question, sq.schema.render(), _dialect(ctx, sq),
+                                        [c.name for c in sq.expected_columns])
+    sq.prompt_chars["planner"] = sum(len(m.content) for m in messages)
+    sq.plan, sq.plan_source = ctx.llm.structured("planner", messages, PlanModel), "planner"
+
+
+def _dialect(ctx: RunContext, sq: SubQuery) -> str:
+    return ctx.runtime.catalog.get(sq.datasource_id).name
+
+
+def validate(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
+    """Every table and column against the live snapshot, every table against the caller's scope."""
+    if sq.verified:
+        return
+    live = ctx.runtime.index.retriever.live(sq.datasource_id)
+    if live is None or live.snapshot is None:
+        raise IndexNotBuilt(f"Datasource {sq.datasource_id} has no index build.", fix="Run `nl2sql index build`.",
+                            node="validator")
+    assert sq.plan is not None
+    validated = validate_plan(sq.plan, live.snapshot, scope(ctx.config.policies, state.roles, sq.datasource_id))
+    sq.plan, sq.schemas = validated.plan, validated.schemas
+    sq.tables = [t.name for t in validated.tables]
+
+
+def generate(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
+    """The SQL of the validated plan, in the datasource's dialect."""
+    if sq.verified:
+        return
+    assert sq.plan is not None
+    sq.sql = generate_sql(sq.plan, _dialect(ctx, sq), schemas=sq.schemas)
+
+
+def execute(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
+    """Run the SQL read-only (guard, scope, row limit, statement timeout within the run's time)."""
+    if not state.execute:
+        return
+    assert sq.sql is not None
+    limits = ctx.config.settings.pipeline
+    remaining = ctx.scope.remaining_s()
+    timeout = limits.statement_timeout_s if remaining is None else max(0.1, min(limits.statement_timeout_s, remaining))
+    caller = scope(ctx.config.policies, state.roles, sq.datasource_id)
+    sq.result = run_checked_sql(ctx.runtime.catalog.get(sq.datasource_id), sq.sql, caller,
+                                row_limit=limits.row_limit, timeout_s=timeout)
+    result = sq.result
+    ctx.scope.publish("result.manifest", sub_query_id=sq.id, datasource_id=sq.datasource_id,
+                      columns=[c.name for c in result.columns], total_rows=result.row_count,
+                      truncated=result.truncated)
+    if result.truncated:
+        state.warnings.append(RunWarning(code="RESULT_TRUNCATED", sub_query_id=sq.id,
+                                         message=f"Only the first {result.row_count} rows were read "
+                                         "(settings.pipeline.row_limit).", detail={"rows": result.row_count}))
+    if sq.plan is not None and sq.plan_source == "planner":
+        ctx.runtime.store.cache_plan(plan_cache_key(ctx, state, sq, _fingerprint(ctx, sq.datasource_id)),
+                                     sq.datasource_id, _fingerprint(ctx, sq.datasource_id), sq.plan.model_dump_json())
+
+
+def refine(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
+    """Ask the refiner for a corrected plan, given the failed plan and its error."""
+    assert sq.error is not None and sq.schema is not None
+    messages = prompts.refiner_messages(sq.question, sq.schema.render(), _dialect(ctx, sq),
+                                        sq.plan.model_dump(mode="json") if sq.plan else None,
+                                        [f"{sq.error.code}: {sq.error.message}"],
+                                        [c.name for c in sq.expected_columns])
+    sq.prompt_chars["refiner"] = sq.prompt_chars.get("refiner", 0) + sum(len(m.content) for m in messages)
+    sq.plan = ctx.llm.structured("refiner", messages, PlanModel, schema_name="RefinedPlan")
+    sq.plan_source = "planner"
+    sq.sql = None
+    sq.error = None
+
+
+# --- after the sub-queries ------------------------------------------------------------------------
+
+
+def value_dtype(values: list[Any]) -> Dtype:
+    """The dtype of a result column from its values (bool before int: a bool is an int in Python)."""
+    for value in values:
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            return "boolean"
+        if isinstance(value, int):
+            return "integer"
+        if isinstance(value, Decimal):
+            return "decimal"
+        if isinstance(value, float):
+            return "float"
+        if isinstance(value, dt.datetime):
+            return "datetime"
+        if isinstance(value, dt.date):
+            return "date"
+        if isinstance(value, bytes):
+            return "binary"
+        return "text"
+    return "other"
+
+
+def result_rows(sq: SubQuery) -> tuple[list[str], list[list[Any]]]:
+    """A sub-query's columns and rows as plain Python values (NULL as None)."""
+    if sq.result is None:
+        return [], []
+    frame = sq.result.frame.astype(object).where(sq.result.frame.notna(), None)
+    return list(map(str, frame.columns)), frame.values.tolist()
+
+
+def aggregate(ctx: RunContext, state: RunState) -> None:
+    """Combine the sub-queries' results across databases (join, compare or union) with DuckDB."""
+    if state.combine is None or not state.execute or any(sq.failed for sq in state.sub_queries):
+        return
+    frames = {}
+    for sq in state.sub_queries:
+        columns, rows = result_rows(sq)
+        dtypes = [value_dtype([r[i] for r in rows]) for i in range(len(columns))]
+        frames[sq.id] = Frame(sub_query_id=sq.id, datasource_id=sq.datasource_id, columns=columns, dtypes=dtypes,
+                              rows=[tuple(r) for r in rows])
+    state.combined = combine(frames, state.combine, row_limit=ctx.config.settings.pipeline.row_limit)
+    for w in state.combined.warnings:
+        state.warnings.append(RunWarning(code=w.code, message=w.message, detail=w.detail,
+                                         sub_query_id=w.detail.get("sub_query_id")))
+    ctx.scope.publish("result.manifest", columns=state.combined.columns, total_rows=state.combined.total_rows,
+                      truncated=state.combined.truncated)
+    assert JOIN_KEY_UNCONVERTED  # the aggregator's warning code, named here for readers following the path
+
+
+def shown_result(ctx: RunContext, state: RunState) -> tuple[list[str], list[list[Any]], int]:
+    """The result the answer speaks about: combined, else the first answered sub-query's."""
+    if state.combined is not None:
+        return state.combined.columns, [list(r) for r in state.combined.rows], state.combined.total_rows
+    for sq in state.sub_queries:
+        if sq.result is not None:
+            columns, rows = result_rows(sq)
+            return columns, rows, len(rows)
+    return [], [], 0
+
+
+def plain_answer(columns: list[str], rows: list[list[Any]], total: int) -> str:
+    """An answer without a model: the result's size and, for a single value or row, the values themselves."""
+    if total == 0:
+        return "The query returned no rows."
+    if total == 1 and len(columns) == 1:
+        return f"{columns[0]}: {rows[0][0]}."
+    if total == 1:
+        return "One row: " + ", ".join(f"{c} {v}" for c, v in zip(columns, rows[0], strict=False)) + "."
+    head = ", ".join(f"{c} {v}" for c, v in zip(columns, rows[0], strict=False))
+    return f"{total} rows ({', '.join(columns)}); the first: {head}."
+
+
+def synthesize(ctx: RunContext, state: RunState) -> None:
+    """The answer in words, streamed from the synthesizer model (or a plain summary when none is configured)."""
+    if not state.execute:
+        state.answer = "The SQL was written but not run (execute is off)."
+        state.summary = state.answer
+        return
+    columns, rows, total = shown_result(ctx, state)
+    notes = [w.message for w in state.warnings]
+    if not ctx.llm.configured("synthesizer"):
+        state.answer = plain_answer(columns, rows, total)
+        if notes:
+            state.answer += "\n\nData notes:\n" + "\n".join(f"- {n}" for n in notes)
+        state.summary = state.answer.split("\n")[0]
+        return
+    preview = rows[: ctx.config.settings.pipeline.preview_rows]
+    messages = prompts.synthesizer_messages(state.question, columns, preview, total, notes)
+    state.prompt_chars["synthesizer"] = sum(len(m.content) for m in messages)
+    state.answer = ctx.llm.text("synthesizer", messages,
+                                on_delta=lambda text: ctx.scope.publish("answer.delta", text=text)).strip()
+    state.summary = state.answer.split("\n")[0].split(". ")[0].rstrip(".") + "."

@@ -1,0 +1,34 @@
+"""The question's steps as Prefect tasks: one task per declared step, named after it, run by `flows/ask.py`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect.utilities.annotations import quote
+
+from nl2sql.pipeline.declaration import ASK, Step
+from nl2sql.pipeline.run import invoke_step
+from nl2sql.pipeline.runtime import RunContext
+from nl2sql.pipeline.state import RunState, SubQuery
+from nl2sql.tasks import step_task
+
+
+def _run_step(label: str, step: Step, ctx: RunContext, state: RunState, sq: SubQuery | None) -> None:
+    """One declared step (its errors are recorded on the state, so the task itself completes)."""
+    invoke_step(step, ctx, state, sq)
+
+
+#: One task per step of the declaration (hook points included), each run named `step · sub-query (datasource)`.
+STEP_TASKS: dict[str, Any] = {
+    step.name: step_task(_run_step, name=step.name, task_run_name="{label}") for step in ASK.steps()
+}
+
+
+def call_step_task(step: Step, ctx: RunContext, state: RunState, sq: SubQuery | None) -> None:
+    """Run a step as a task run (a hook point with no hooks configured runs in place: there is nothing to show)."""
+    if step.is_hook_point and not ctx.runtime.hooks.at(step.name):
+        invoke_step(step, ctx, state, sq)
+        return
+    label = step.name if sq is None else f"{step.name} · {sq.id} ({sq.datasource_id})"
+    # quote(): the state and services are live objects, not inputs for Prefect to walk or resolve
+    STEP_TASKS[step.name](label, quote(step), quote(ctx), quote(state), quote(sq))
