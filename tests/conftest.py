@@ -19,7 +19,7 @@ prepare_prefect_env(Path(__file__).resolve().parent.parent / ".nl2sql" / "tests"
 def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A demo project written once per test session (treat it as read-only)."""
     target = tmp_path_factory.mktemp("demo")
-    init_demo(target)
+    init_demo(target, env={})  # no model from the environment: tests are key-free
     return target
 
 

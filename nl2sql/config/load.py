@@ -25,7 +25,6 @@ from nl2sql.errors import ConfigError, ConfigProblem, did_you_mean
 
 ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 BUILTIN_HOOKS = ("sql_review", "deny_tables", "question_rewriter", "row_limit")
-BUILTIN_OBSERVERS = ("log", "audit", "otel")
 LLM_PROVIDERS = ("openai", "anthropic")
 
 
@@ -365,10 +364,13 @@ def check_config(config: Config, files: dict[str, str] | None = None) -> list[Co
                 problems.append(
                     _unknown_role(file("hooks"), f"hooks[{index}].approver_roles[{r_index}]", role, roles)
                 )
+    from nl2sql.observers import observer_names  # built-ins and plugins' entry points
+
+    known_observers = tuple(observer_names())
     for index, observer in enumerate(config.observers):
-        if observer.use not in BUILTIN_OBSERVERS:
+        if observer.use not in known_observers:
             problems.append(
-                _unknown_plugin(file("observers"), f"observers[{index}].use", "observer", observer.use, BUILTIN_OBSERVERS)
+                _unknown_plugin(file("observers"), f"observers[{index}].use", "observer", observer.use, known_observers)
             )
     return problems
 

@@ -312,6 +312,8 @@ class PipelineSettings(Strict):
     max_retries: int = Field(default=2, ge=0)
     max_llm_calls: int = Field(default=12, ge=1)
     max_cost_usd: float | None = Field(default=None, gt=0)
+    plan_cache: bool = Field(default=True, description="Reuse a plan that ran for the same question, schema and "
+                             "scope instead of calling the planner again.")
 
 
 class Settings(Strict):

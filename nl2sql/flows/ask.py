@@ -9,15 +9,20 @@ Follow a question's path from `ask` below: start_run → drive (the declaration)
 
 from __future__ import annotations
 
+import atexit
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
+from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
 from nl2sql.blocks import load_datasource_url, load_llm_block
 from nl2sql.config import config_path, load_config
+from nl2sql.events import Event
 from nl2sql.events.prefect_events import forward_to_prefect
 from nl2sql.pipeline.inline import run_parallel
 from nl2sql.pipeline.result import QueryResult
@@ -25,6 +30,8 @@ from nl2sql.pipeline.run import drive, fail_run, finish_run, start_run
 from nl2sql.pipeline.runtime import Runtime
 from nl2sql.tasks.ask import call_step_task
 
+#: Process-local listeners of every question's events (the CLI's live display).
+ASK_LISTENERS: list[Callable[[Event], None]] = []
 _runtimes: dict[tuple[str, float], Runtime] = {}
 _runtimes_lock = threading.Lock()
 NAME_CHARS = 80
@@ -38,9 +45,25 @@ def runtime_for(config: str | None) -> Runtime:
         if key not in _runtimes:
             for old in [k for k in _runtimes if k[0] == key[0]]:
                 _runtimes.pop(old).close()
-            _runtimes[key] = Runtime(load_config(path), block_loader=load_datasource_url,
-                                     llm_block_loader=load_llm_block, forward=forward_to_prefect)
+            runtime = Runtime(load_config(path), block_loader=load_datasource_url, llm_block_loader=load_llm_block,
+                              forward=forward_to_prefect)
+            runtime.listeners = ASK_LISTENERS
+            _runtimes[key] = runtime
         return _runtimes[key]
+
+
+def close_runtimes() -> None:
+    """Close the process's runtimes (observers flushed, connections closed)."""
+    with _runtimes_lock:
+        while _runtimes:
+            _runtimes.popitem()[1].close()
+
+
+def ask_here(question: str, **parameters: Any) -> QueryResult:
+    """Run the ask flow in this process (the CLI, library callers): no heartbeat thread, whose shutdown costs
+    a second per run; deployment runs keep theirs, which is how crashed runs are detected."""
+    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        return ask(question, **parameters)
 
 
 def _run_name() -> str:
@@ -82,3 +105,6 @@ def ask(question: str, role: str | None = None, user_id: str | None = None, data
     if artifact:
         create_markdown_artifact(result_markdown(result), key="answer", description="The answer, SQL and rows")
     return result
+
+
+atexit.register(close_runtimes)

@@ -69,6 +69,7 @@ class Runtime:
         self.hooks = HookRunner(config.hooks)
         self.observers = list(build_observers(config) if observers is None else observers)
         self.forward = forward  # every event, e.g. to Prefect's event stream
+        self.listeners: list[Callable] = []  # every run's events, e.g. the CLI's live display
         self._values: dict[tuple[str, str, str], list[str]] = {}
         self._lock = threading.Lock()
 
@@ -84,6 +85,8 @@ class Runtime:
         subscribe_observers(bus, self.observers)
         if self.forward is not None:
             bus.subscribe(self.forward)
+        for listener in self.listeners:
+            bus.subscribe(listener)
         return RunScope(trace_id, bus, timeout_s=self.config.settings.pipeline.timeout_s)
 
     def llm_client(self, scope: RunScope) -> LLMClient:

@@ -70,7 +70,11 @@ def resolve_datasources(ctx: RunContext, state: RunState) -> None:
                             fix="Run `nl2sql index build` first.", node="resolver")
     routing = index.route(state.question, state.roles, built)
     state.routing = routing.explanation()
-    shortlist = routing.picks or built[:1]
+    # the model sees the picks, then the next-best candidates up to the shortlist size: a question that needs
+    # two databases may rank the second below the similarity floor
+    ranked = [c.datasource_id for c in sorted(routing.candidates, key=lambda c: -c.score)]
+    shortlist = list(dict.fromkeys([*routing.picks, *ranked]))[: max(len(routing.picks),
+                                                                     ctx.config.settings.routing.shortlist)] or built[:1]
     described = []
     for ds in shortlist:
         schema = index.schema(state.question, state.roles, ds)
@@ -158,9 +162,11 @@ def plan_sub_query(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     """The sub-query's plan, from the plan cache or the planner model."""
     if sq.verified:
         return
-    key = plan_cache_key(ctx, state, sq, _fingerprint(ctx, sq.datasource_id))
-    cached = ctx.runtime.store.cached_plan(key)
-    ctx.scope.publish("plan_cache.lookup", sub_query_id=sq.id, datasource_id=sq.datasource_id, hit=cached is not None)
+    cached = None
+    if ctx.config.settings.pipeline.plan_cache:
+        cached = ctx.runtime.store.cached_plan(plan_cache_key(ctx, state, sq, _fingerprint(ctx, sq.datasource_id)))
+        ctx.scope.publish("plan_cache.lookup", sub_query_id=sq.id, datasource_id=sq.datasource_id,
+                          hit=cached is not None)
     if cached is not None:
         sq.plan, sq.plan_source = PlanModel.model_validate_json(cached), "plan_cache"
         return
@@ -216,7 +222,7 @@ def execute(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
         state.warnings.append(RunWarning(code="RESULT_TRUNCATED", sub_query_id=sq.id,
                                          message=f"Only the first {result.row_count} rows were read "
                                          "(settings.pipeline.row_limit).", detail={"rows": result.row_count}))
-    if sq.plan is not None and sq.plan_source == "planner":
+    if sq.plan is not None and sq.plan_source == "planner" and ctx.config.settings.pipeline.plan_cache:
         ctx.runtime.store.cache_plan(plan_cache_key(ctx, state, sq, _fingerprint(ctx, sq.datasource_id)),
                                      sq.datasource_id, _fingerprint(ctx, sq.datasource_id), sq.plan.model_dump_json())
 

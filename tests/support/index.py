@@ -8,6 +8,7 @@ from nl2sql.config import Config
 from nl2sql.datasources import DatasourceCatalog
 from nl2sql.index import StateStore, build_datasource
 from nl2sql.index.embed import shared_embedder
+from nl2sql.verified.match import index_entries_of
 
 
 def build_demo_index(config: Config, state_dir: Path) -> StateStore:
@@ -16,5 +17,5 @@ def build_demo_index(config: Config, state_dir: Path) -> StateStore:
     with DatasourceCatalog(config) as catalog:
         for ds in config.datasources:
             build_datasource(catalog.get(ds.id), store, shared_embedder(), profile=config.settings.profile,
-                             sample_questions=ds.sample_questions)
+                             sample_questions=ds.sample_questions, verified=index_entries_of(ds))
     return store

@@ -1,0 +1,115 @@
+"""`nl2sql ask`: a question through the ask flow, its steps and answer shown as they happen."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.table import Table
+
+from nl2sql.cli.data_commands import JsonOption, RoleOption, console
+from nl2sql.cli.main import app, err_console
+
+if TYPE_CHECKING:
+    from nl2sql.events import Event
+    from nl2sql.pipeline.result import QueryResult
+
+#: Step names as the live display shows them.
+STEP_WORDS = {"curated_matcher": "verified queries", "resolver": "routing", "decomposer": "decomposing",
+              "schema_retrieval": "schema", "planner": "plan", "validator": "validated", "generator": "SQL",
+              "executor": "ran", "refiner": "refined", "aggregator": "combined", "synthesizer": "answer"}
+
+
+class LiveDisplay:
+    """Prints finished steps (dim) and the streamed answer as events arrive."""
+
+    def __init__(self) -> None:
+        self.streaming = False
+        self._lock = threading.Lock()
+
+    def __call__(self, event: Event) -> None:
+        with self._lock:
+            if event.name == "node.finished":
+                data = event.data
+                mark = "[green]✓[/]" if data["ok"] else "[red]✗[/]"
+                sub = f" {data['sub_query_id']}" if data.get("sub_query_id") else ""
+                err = f" [red]{data['error_code']}[/]" if data.get("error_code") else ""
+                err_console.print(f"{mark} [dim]{STEP_WORDS.get(data['node'], data['node'])}{sub} "
+                                  f"{data['duration_ms']:.0f} ms[/]{err}")
+            elif event.name == "answer.delta":
+                if not self.streaming:
+                    console.print()
+                    self.streaming = True
+                sys.stdout.write(event.data["text"])
+                sys.stdout.flush()
+
+
+def print_result(result: QueryResult, *, streamed: bool) -> None:
+    """The answer (unless it streamed), the SQL, and the rows as a table."""
+    if streamed:
+        console.print()
+    elif result.answer.content and result.ok:
+        console.print()
+        console.print(result.answer.content)
+    for sq in result.sub_queries:
+        if sq.sql:
+            source = {"verified": "verified query", "plan_cache": "cached plan"}.get(sq.source or "", "generated")
+            console.print(f"\n[dim]{sq.datasource_id} ({source}):[/] [cyan]{sq.sql}[/]")
+    columns, rows = result.columns_and_rows()
+    if columns:
+        table = Table(*columns)
+        for row in rows:
+            table.add_row(*["" if v is None else str(v) for v in row])
+        console.print(table)
+        total = result.combined.total_rows if result.combined else next(
+            (sq.total_rows for sq in result.sub_queries if sq.columns), len(rows))
+        shown = f"{len(rows)} of {total} rows" if total and total > len(rows) else f"{len(rows)} rows"
+        console.print(f"[dim]{shown}[/]")
+    for w in result.warnings:
+        console.print(f"[yellow]note[/] [dim]{w.code}[/]: {w.message}")
+    for e in result.errors:
+        err_console.print(f"[bold red]error[/] [dim]{e.code}[/]: {e.message}" + (f"\n{e.fix}" if e.fix else ""),
+                          soft_wrap=True)
+    cost = f", ${result.cost_usd:.4f}" if result.cost_usd else ""
+    console.print(f"[dim]{result.status} · trace {result.trace_id} · {result.llm_calls} model calls{cost} · "
+                  f"{result.duration_ms:.0f} ms[/]")
+
+
+@app.command("ask")
+def ask_command(
+    ctx: typer.Context,
+    question: Annotated[str, typer.Argument(help="The question, in plain language.")],
+    role: RoleOption = None,
+    user: Annotated[str | None, typer.Option("--user", help="The asker's user id (for the audit log).")] = None,
+    datasource: Annotated[str | None, typer.Option("--datasource", "-d", help="Ask this datasource only.")] = None,
+    no_execute: Annotated[bool, typer.Option("--no-execute", help="Write the SQL, do not run it.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Ask a question: the steps tick by, the answer streams, the rows print as a table (exit 1 if refused/failed)."""
+    config = ctx.obj.config()
+    from nl2sql.policies.scope import role_rules
+
+    for name in [role] if role else []:
+        role_rules(config.policies, name)  # an unknown role is a usage error (exit 2)
+    if datasource:
+        config.datasource(datasource)
+    from nl2sql.flows.ask import ASK_LISTENERS, ask_here
+
+    display = LiveDisplay()
+    if not as_json:
+        ASK_LISTENERS.append(display)
+    try:
+        result = ask_here(question, role=role, user_id=user, datasource_id=datasource, execute=not no_execute,
+                          config=str(config.path))
+    finally:
+        if display in ASK_LISTENERS:
+            ASK_LISTENERS.remove(display)
+    if as_json:
+        typer.echo(json.dumps(result.model_dump(mode="json"), default=str, indent=2))
+    else:
+        print_result(result, streamed=display.streaming)
+    if not result.ok:
+        raise typer.Exit(1)

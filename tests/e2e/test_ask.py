@@ -1,0 +1,351 @@
+"""Every path of a question through the inline executor, with the fake model server over the real wire."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nl2sql.config import Config
+from nl2sql.errors import GENERIC_REFUSAL
+from nl2sql.events import Event
+from nl2sql.llm.fake import FakeAnswer, FakeLLMServer
+from nl2sql.pipeline import ask_inline
+from tests.support.ask import ModelScript, runtime_for, write_ask_project
+from tests.support.llm import running
+
+PLAYLISTS = "How many tracks does each playlist hold?"
+
+CUSTOMERS_PLAN = yaml.safe_load("""
+select:
+  - {expr: {kind: column, table: c, column: CustomerId}, alias: customer_id}
+  - {expr: {kind: column, table: c, column: Country}, alias: country}
+from: {table: Customer, alias: c}
+""")
+TICKETS_PLAN = yaml.safe_load("""
+select:
+  - {expr: {kind: column, table: t, column: customer_id}, alias: customer_id}
+  - {expr: {kind: aggregate, func: count, arg: null}, alias: tickets}
+from: {table: tickets, alias: t}
+group_by: [{kind: column, table: t, column: customer_id}]
+""")
+INVOICE_PLAN = yaml.safe_load("""
+select:
+  - {expr: {kind: aggregate, func: sum, arg: {kind: column, table: i, column: Total}}, alias: revenue}
+from: {table: Invoice, alias: i}
+""")
+WRONG_COLUMN_PLAN = yaml.safe_load("""
+select:
+  - {expr: {kind: column, table: g, column: GenreName}, alias: genre}
+from: {table: Genre, alias: g}
+""")
+GENRES_PLAN = yaml.safe_load("""
+select:
+  - {expr: {kind: column, table: g, column: Name}, alias: genre}
+from: {table: Genre, alias: g}
+order_by: [{expr: {kind: column, table: g, column: GenreId}, direction: asc}]
+""")
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeLLMServer]:
+    yield from running(FakeLLMServer)
+
+
+@pytest.fixture(scope="module")
+def project(fake: FakeLLMServer, tmp_path_factory: pytest.TempPathFactory) -> Config:
+    return write_ask_project(tmp_path_factory.mktemp("ask"), fake)
+
+
+@pytest.fixture
+def model(fake: FakeLLMServer) -> ModelScript:
+    return ModelScript(fake)
+
+
+def ask(config: Config, question: str, role: str, events: list[Event] | None = None, **kwargs):
+    runtime = runtime_for(config, **kwargs.pop("settings", {}))
+    if events is not None:
+        runtime.listeners.append(events.append)
+    try:
+        return ask_inline(runtime, question, roles=[role], **kwargs)
+    finally:
+        runtime.close()
+
+
+def test_a_verified_question_is_answered_without_any_model(project: Config, model: ModelScript) -> None:
+    from nl2sql.config.models import LLMConfig
+
+    result = ask(project.model_copy(update={"llm": LLMConfig()}), "How much did we earn in each year?", "analyst")
+    assert result.status == "success"
+    assert model.fake.calls() == 0
+    sq = result.sub_queries[0]
+    assert sq.source == "verified" and sq.datasource_id == "chinook"
+    assert [row[0] for row in sq.rows] == [2007, 2008, 2009, 2010, 2011]
+    assert result.answer.content.startswith("5 rows")
+
+
+def test_verified_parameters_are_read_from_the_question(project: Config, model: ModelScript) -> None:
+    result = ask(project, "Which customers live in brazil?", "support")
+    assert result.status == "success" and model.fake.calls() == model.fake.calls("text") == 1  # the answer only
+    assert "Country = 'Brazil'" in result.sub_queries[0].sql
+    assert result.sub_queries[0].total_rows == 5
+
+
+def test_a_single_datasource_question_streams_its_answer_and_keeps_a_trace(project: Config,
+                                                                           model: ModelScript) -> None:
+    model.answers[PLAYLISTS] = "Music holds the most tracks: 3290 of them, tied with a second playlist of the same name."
+    events: list[Event] = []
+    result = ask(project, PLAYLISTS, "analyst", events, settings={"plan_cache": False})
+    assert result.status == "success", result.errors
+    sq = result.sub_queries[0]
+    assert sq.source == "planner" and "PlaylistTrack" in sq.sql
+    assert sq.rows[0][2] == 3290 and sq.total_rows == 14
+    deltas = "".join(e.data["text"] for e in events if e.name == "answer.delta")
+    assert deltas.strip() == result.answer.content
+    assert result.llm_calls == 3  # resolver, planner, synthesizer
+    assert result.cost_usd and result.cost_usd > 0 and result.usage["input_tokens"] > 0
+    from nl2sql.index.store import StateStore
+
+    trace = StateStore(project.state_dir).trace(result.trace_id)
+    assert trace["status"] == "success" and trace["sub_queries"][0]["sql"] == sq.sql
+    assert {s["node"] for s in trace["steps"]} >= {"resolver", "planner", "validator", "executor", "synthesizer"}
+    assert trace["routing"]["picks"][0] == "chinook"
+    assert "Music" not in json.dumps(trace)  # shapes, never values
+
+
+def test_the_plan_cache_skips_the_planner_the_second_time(project: Config, model: ModelScript) -> None:
+    question = "Which genres are there?"
+    model.plan(question, GENRES_PLAN)
+    first = ask(project, question, "analyst")
+    planner_calls = model.fake.calls("PlanModel")
+    second = ask(project, question, "analyst")
+    assert first.status == second.status == "success"
+    assert second.sub_queries[0].source == "plan_cache" and model.fake.calls("PlanModel") == planner_calls
+    assert second.sub_queries[0].rows == first.sub_queries[0].rows
+
+
+def test_a_cross_database_question_joins_chinook_customers_with_support_tickets(project: Config,
+                                                                               model: ModelScript) -> None:
+    question = "How many support tickets did customers open, by customer and country?"
+    model.routes[question] = ["chinook", "support"]
+    model.decompositions[question] = {
+        "sub_queries": [
+            {"datasource_id": "chinook", "question": "Each customer's id and country",
+             "expected_columns": [{"name": "customer_id", "description": "id"},
+                                  {"name": "country", "description": "country"}]},
+            {"datasource_id": "support", "question": "Tickets per customer id",
+             "expected_columns": [{"name": "customer_id", "description": "id"},
+                                  {"name": "tickets", "description": "count"}]}],
+        "combine": {"kind": "join", "left": 0, "right": 1, "join_keys": [{"left": "customer_id",
+                                                                            "right": "customer_id"}]}}
+    model.plans["Each customer's id and country"] = CUSTOMERS_PLAN
+    model.plans["Tickets per customer id"] = TICKETS_PLAN
+    result = ask(project, question, "analyst", settings={"plan_cache": False, "preview_rows": 100})
+    assert result.status == "success", result.errors
+    assert [sq.datasource_id for sq in result.sub_queries] == ["chinook", "support"]
+    assert result.combined is not None and result.combined.columns == ["customer_id", "country", "tickets"]
+    data = project.base_dir / "data"
+    conn = sqlite3.connect(data / "chinook.sqlite")
+    conn.execute(f"ATTACH '{data / 'support.sqlite'}' AS s")
+    expected = conn.execute("SELECT c.CustomerId, c.Country, COUNT(*) FROM Customer c JOIN s.tickets t "
+                            "ON t.customer_id = c.CustomerId GROUP BY c.CustomerId ORDER BY c.CustomerId").fetchall()
+    assert sorted(tuple(r) for r in result.combined.rows) == sorted(expected)[:100]
+    assert result.combined.total_rows == len(expected)
+
+
+@pytest.mark.parametrize("role", ["viewer", "support"])
+def test_a_refusal_names_no_table_anywhere(project: Config, model: ModelScript, role: str) -> None:
+    question = "What is the total of all invoices ever?"
+    model.plan(question, INVOICE_PLAN, route=["chinook"])
+    events: list[Event] = []
+    result = ask(project, question, role, events, settings={"plan_cache": False})
+    assert result.status == "error"
+    assert [e.code for e in result.errors] == ["SECURITY_VIOLATION"]
+    assert result.answer.content == GENERIC_REFUSAL
+    assert all(not sq.rows and sq.sql is None and sq.plan is None for sq in result.sub_queries)
+    from nl2sql.index.store import StateStore
+
+    seen = json.dumps([e.model_dump() for e in events]) + json.dumps(StateStore(project.state_dir).trace(
+        result.trace_id)) + result.model_dump_json()
+    assert "Invoice" not in seen and "Total" not in seen
+
+
+def test_a_role_with_no_datasource_is_refused_before_any_search(project: Config, model: ModelScript) -> None:
+    result = ask(project, "Which pages get the most views?", "support", datasource_id="webanalytics")
+    assert [e.code for e in result.errors] == ["SECURITY_VIOLATION"] and model.fake.calls() == 0
+    assert result.answer.content == GENERIC_REFUSAL
+
+
+def test_an_unanswerable_question_stops_at_the_resolver(project: Config, model: ModelScript) -> None:
+    question = "Will it rain in Oslo tomorrow?"
+    model.unanswerable.add(question)
+    result = ask(project, question, "analyst")
+    assert result.status == "error" and [e.code for e in result.errors] == ["QUESTION_NOT_ANSWERABLE"]
+    assert "weather" in result.errors[0].message and model.fake.calls("PlanModel") == 0
+
+
+def test_a_bad_structured_answer_is_asked_again(project: Config, model: ModelScript) -> None:
+    question = "List every genre."
+    model.plan(question, GENRES_PLAN)
+    model.queue("PlanModel", {"select": "not a list"})
+    events: list[Event] = []
+    result = ask(project, question, "viewer", events, settings={"plan_cache": False})
+    assert result.status == "success", result.errors
+    retries = [e for e in events if e.name == "llm.parse_retry"]
+    assert len(retries) == 1 and retries[0].data["node"] == "planner"
+    assert "not a list" not in json.dumps(retries[0].data)  # the errors, never the answer
+
+
+def test_the_refiner_fixes_a_wrong_column(project: Config, model: ModelScript) -> None:
+    question = "Name all the genres."
+    model.plan(question, WRONG_COLUMN_PLAN)
+    model.queue("RefinedPlan", GENRES_PLAN)
+    result = ask(project, question, "viewer", settings={"plan_cache": False})
+    assert result.status == "success", result.errors
+    assert result.sub_queries[0].attempts == 1 and result.sub_queries[0].total_rows == 25
+    refiner_prompt = next(r for r in model.fake.requests if model.fake.name_of(r) == "RefinedPlan")
+    assert "GenreName" in refiner_prompt["messages"][-1]["content"]  # the error went to the model
+
+
+def test_a_refiner_that_keeps_failing_ends_with_the_validation_error(project: Config, model: ModelScript) -> None:
+    question = "Name every genre we sell."
+    model.plan(question, WRONG_COLUMN_PLAN)
+    model.fake.respond_with("RefinedPlan", lambda body: WRONG_COLUMN_PLAN)
+    result = ask(project, question, "viewer", settings={"plan_cache": False, "max_retries": 2})
+    assert result.status == "error" and result.errors[0].code == "PLAN_INVALID"
+    assert result.sub_queries[0].attempts == 2 and model.fake.calls("RefinedPlan") == 2
+
+
+def test_the_call_limit_stops_the_run_and_says_which_limit(project: Config, model: ModelScript) -> None:
+    events: list[Event] = []
+    result = ask(project, "List all the genres, please.", "viewer", events, settings={"max_llm_calls": 1})
+    assert result.status == "stopped" and result.errors[0].code == "RUN_LIMIT_REACHED"
+    assert "settings.pipeline.max_llm_calls" in result.answer.content and result.llm_calls == 1
+    assert [e.data["limit"] for e in events if e.name == "run.limit_reached"] == ["max_llm_calls"]
+
+
+def test_the_time_limit_stops_the_run(project: Config, model: ModelScript) -> None:
+    question = "Show me the genres."
+    model.plan(question, GENRES_PLAN)
+    model.queue("PlanModel", FakeAnswer(content=GENRES_PLAN, delay_s=1.2))
+    result = ask(project, question, "viewer", settings={"timeout_s": 1.0, "plan_cache": False})
+    assert result.status == "stopped" and "settings.pipeline.timeout_s" in result.answer.content
+
+
+def test_too_many_sub_queries_is_too_broad(project: Config, model: ModelScript) -> None:
+    question = "Tell me everything about customers, tickets, sessions and orders."
+    model.routes[question] = ["chinook", "support", "webanalytics"]
+    sub = {"datasource_id": "chinook", "question": "x", "expected_columns": []}
+    model.decompositions[question] = {"sub_queries": [sub] * 4, "combine": None}
+    result = ask(project, question, "analyst", settings={"plan_cache": False})
+    assert result.status == "error" and result.errors[0].code == "QUESTION_TOO_BROAD"
+
+
+def test_no_execute_writes_the_sql_and_runs_nothing(project: Config, model: ModelScript) -> None:
+    result = ask(project, PLAYLISTS, "analyst", execute=False, settings={"plan_cache": False})
+    assert result.status == "plan_only" and result.sub_queries[0].sql and not result.sub_queries[0].rows
+
+
+class _Raises:
+    def __init__(self, names: set[str] | None = None) -> None:
+        self.names = names
+
+    def __call__(self, event: Event) -> None:
+        if self.names is None or event.name in self.names:
+            raise RuntimeError("observer broke")
+
+
+@pytest.mark.parametrize("broken", [None, {"run.finished"}, {"run.started", "node.finished"}])
+def test_events_start_with_run_started_and_end_with_exactly_one_terminal_event(
+        project: Config, model: ModelScript, broken: set[str] | None) -> None:
+    runtime = runtime_for(project, plan_cache=False)
+    events: list[Event] = []
+    runtime.listeners.extend([_Raises(broken), events.append])
+    try:
+        result = ask_inline(runtime, PLAYLISTS, roles=["analyst"])
+    finally:
+        runtime.close()
+    names = [e.name for e in events]
+    assert names[0] == "run.started" and names[-1] == "run.finished"
+    assert sum(n in ("run.finished", "run.failed") for n in names) == 1
+    assert result.status == "success"
+    assert all(e.trace_id == result.trace_id for e in events)
+
+
+def test_an_engine_fault_publishes_run_failed_once(project: Config, model: ModelScript,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from nl2sql.pipeline import run
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(run, "build_result", broken)
+    events: list[Event] = []
+    with pytest.raises(RuntimeError):
+        ask(project, "How much did we earn in each year?", "analyst", events)
+    assert [e.name for e in events].count("run.failed") == 1 and events[-1].name == "run.failed"
+
+
+def test_every_log_line_of_a_run_carries_its_trace_id(project: Config, model: ModelScript,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    import threading
+
+    log = logging.getLogger("nl2sql.test")
+    seen: list[tuple[str, str | None]] = []
+
+    class Capture(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append((threading.current_thread().name, getattr(record, "trace_id", None)))
+
+    handler = Capture()
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    from nl2sql.pipeline import steps
+
+    original = steps.execute
+
+    def logged_execute(ctx, state, sq):  # type: ignore[no-untyped-def]
+        log.info("executing %s", sq.id)
+        original(ctx, state, sq)
+
+    from nl2sql.pipeline import declaration
+
+    patched = declaration.Step("executor", logged_execute, per_sub_query=True)
+    subs = tuple(patched if s.name == "executor" else s for s in declaration.ASK.sub_query)
+    import dataclasses
+
+    pipeline = dataclasses.replace(declaration.ASK, sub_query=subs)
+    question = "How many support tickets did customers open, by customer and country?"
+    model.routes[question] = ["chinook", "support"]
+    model.decompositions[question] = {
+        "sub_queries": [
+            {"datasource_id": "chinook", "question": "Each customer's id and country", "expected_columns": []},
+            {"datasource_id": "support", "question": "Tickets per customer id", "expected_columns": []}],
+        "combine": None}
+    model.plans["Each customer's id and country"] = CUSTOMERS_PLAN
+    model.plans["Tickets per customer id"] = TICKETS_PLAN
+    from nl2sql.pipeline.inline import run_parallel
+    from nl2sql.pipeline.run import drive, finish_run, invoke_step, start_run
+
+    runtime = runtime_for(project, plan_cache=False)
+    try:
+        ctx, state = start_run(runtime, question, roles=["analyst"])
+        with ctx.scope.entered():
+            drive(ctx, state, invoke_step, run_parallel, pipeline)
+            result = finish_run(ctx, state)
+    finally:
+        runtime.close()
+        log.removeHandler(handler)
+    assert result.status == "success", result.errors
+    assert len(seen) == 2 and {trace for _, trace in seen} == {result.trace_id}
+    assert any(name.startswith("nl2sql-sub-query") for name, _ in seen)  # on worker threads too
+
+
+def test_the_demo_config_has_no_scripted_answers() -> None:
+    demo = Path(__file__).resolve().parents[2] / "nl2sql" / "demo" / "nl2sql.yaml"
+    assert "llm:" not in demo.read_text()

@@ -1,0 +1,132 @@
+"""The ask flow on a Prefect server: same results as the inline executor, a task run per step, run states."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from nl2sql.config import Config
+from nl2sql.llm.fake import FakeLLMServer
+from nl2sql.pipeline import QueryResult, ask_inline
+from tests.e2e.test_ask import CUSTOMERS_PLAN, INVOICE_PLAN, TICKETS_PLAN
+from tests.support.ask import ModelScript, runtime_for, write_ask_project
+from tests.support.llm import running
+
+pytestmark = pytest.mark.usefixtures("prefect_server")
+
+CROSS = "How many support tickets did customers open, by customer and country?"
+#: The demo questions run through both executors: (question, role).
+DEMO_QUESTIONS = [
+    ("How much did we earn in each year?", "analyst"),            # verified
+    ("Which customers live in Germany?", "support"),              # verified, a parameter
+    ("How many urgent tickets are still open?", "support"),       # verified, on support
+    ("How many tracks does each playlist hold?", "analyst"),      # planned
+    ("Which artists have the most albums?", "viewer"),            # planned, the catalog role
+    ("What is the total of all invoices ever?", "viewer"),        # refused
+    (CROSS, "analyst"),                                           # two databases joined
+]
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeLLMServer]:
+    yield from running(FakeLLMServer)
+
+
+@pytest.fixture(scope="module")
+def project(fake: FakeLLMServer, tmp_path_factory: pytest.TempPathFactory) -> Config:
+    return write_ask_project(tmp_path_factory.mktemp("ask-flow"), fake, plan_cache=False)
+
+
+@pytest.fixture
+def model(fake: FakeLLMServer) -> ModelScript:
+    script = ModelScript(fake)
+    script.plan("What is the total of all invoices ever?", INVOICE_PLAN)
+    script.routes[CROSS] = ["chinook", "support"]
+    script.decompositions[CROSS] = {
+        "sub_queries": [
+            {"datasource_id": "chinook", "question": "Each customer's id and country", "expected_columns": []},
+            {"datasource_id": "support", "question": "Tickets per customer id", "expected_columns": []}],
+        "combine": {"kind": "join", "left": 0, "right": 1,
+                    "join_keys": [{"left": "customer_id", "right": "customer_id"}]}}
+    script.plans["Each customer's id and country"] = CUSTOMERS_PLAN
+    script.plans["Tickets per customer id"] = TICKETS_PLAN
+    return script
+
+
+def comparable(result: QueryResult) -> dict:
+    """A result without what differs between any two runs (ids, clocks)."""
+    data = result.model_dump(mode="json", exclude={"trace_id", "duration_ms"})
+    return data
+
+
+def run_flow(config: Config, question: str, role: str, **kwargs: object):
+    from nl2sql.flows.ask import ask_here
+
+    return ask_here(question, role=role, config=str(config.path), **kwargs)
+
+
+def test_the_flow_and_the_inline_executor_give_identical_results(project: Config, model: ModelScript) -> None:
+    runtime = runtime_for(project)
+    try:
+        for question, role in DEMO_QUESTIONS:
+            inline = ask_inline(runtime, question, roles=[role])
+            flowed = run_flow(project, question, role)
+            assert comparable(flowed) == comparable(inline), question
+            assert inline.status in ("success", "error")
+    finally:
+        runtime.close()
+    statuses = {q: ask_inline(runtime_for(project), q, roles=[r]).status for q, r in DEMO_QUESTIONS[:1]}
+    assert statuses == {"How much did we earn in each year?": "success"}
+
+
+def test_each_step_is_a_task_run_and_the_flow_run_id_is_the_trace_id(project: Config, model: ModelScript) -> None:
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    result = run_flow(project, CROSS, "analyst")
+    assert result.status == "success", result.errors
+    expected = 5 + 2 * 5
+    with get_client(sync_client=True) as client:
+        run = client.read_flow_run(result.trace_id)
+        deadline = time.monotonic() + 20
+        while True:  # the server records task runs from their events, a moment after they finish
+            tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])))
+            if (len(tasks) >= expected and all(t.state and t.state.is_final() for t in tasks)) or \
+                    time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    assert run.state.is_completed() and run.name.startswith("How many support tickets")
+    names = {t.name for t in tasks}
+    assert {"curated_matcher", "resolver", "decomposer", "aggregator", "synthesizer"} <= names
+    for step in ("schema_retrieval", "planner", "validator", "generator", "executor"):
+        assert {f"{step} · sq1 (chinook)", f"{step} · sq2 (support)"} <= names
+    assert all(t.state.is_completed() for t in tasks)
+
+
+def test_a_refused_question_completes_the_flow_run_with_the_status_on_the_result(project: Config,
+                                                                                 model: ModelScript) -> None:
+    from prefect import get_client
+
+    result = run_flow(project, "What is the total of all invoices ever?", "viewer")
+    assert result.status == "error" and result.errors[0].code == "SECURITY_VIOLATION"
+    with get_client(sync_client=True) as client:
+        assert client.read_flow_run(result.trace_id).state.is_completed()
+
+
+def test_an_engine_fault_fails_the_flow_run(project: Config, model: ModelScript,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    from nl2sql.flows.ask import ask
+    from nl2sql.pipeline import run
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(run, "build_result", broken)
+    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        state = ask("How much did we earn in each year?", role="analyst", config=str(project.path),
+                    return_state=True)
+    assert state.is_failed()

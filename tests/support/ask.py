@@ -1,0 +1,120 @@
+"""A demo project wired to the fake model server, and scripts that answer like a model would."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nl2sql.config import Config, load_config
+from nl2sql.demo import init_demo
+from nl2sql.llm.fake import FakeAnswer, FakeLLMServer
+from nl2sql.pipeline import Runtime
+from tests.support.index import build_demo_index
+
+PLANS_DIR = Path(__file__).resolve().parent.parent / "data" / "plans" / "chinook"
+#: USD per million tokens for the fake model, so runs have a cost.
+FAKE_PRICE = {"input": 1.0, "output": 2.0}
+
+
+def write_ask_project(target: Path, fake: FakeLLMServer, **pipeline: Any) -> Config:
+    """The demo project with the fake server as every node's model, its index built into its state folder
+    (and `settings.pipeline` values written into its file)."""
+    config_path = init_demo(target, env={})
+    raw = yaml.safe_load(config_path.read_text())
+    raw["llm"] = {"models": {"fake": {"provider": "openai", "model": "fake-model", "base_url": fake.base_url,
+                                      "api_key": "fake-key"}},
+                  "default": "fake", "prices": {"fake-model": FAKE_PRICE}}
+    raw["observers"] = []
+    if pipeline:
+        raw["settings"] = {"pipeline": pipeline}
+    config_path.write_text(yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
+    config = load_config(config_path)
+    build_demo_index(config, config.state_dir)
+    return config
+
+
+def with_settings(config: Config, **pipeline: Any) -> Config:
+    """A copy of the configuration with some `settings.pipeline` values changed (same file, same state)."""
+    settings = config.settings.model_copy(update={"pipeline": config.settings.pipeline.model_copy(update=pipeline)})
+    return config.model_copy(update={"settings": settings})
+
+
+def runtime_for(config: Config, **pipeline: Any) -> Runtime:
+    """A runtime without observers (tests subscribe what they watch)."""
+    return Runtime(with_settings(config, **pipeline) if pipeline else config, observers=[])
+
+
+def gold_plans() -> dict[str, dict]:
+    """The Chinook gold plans by question."""
+    plans = {}
+    for path in sorted(PLANS_DIR.glob("*.json")):
+        record = json.loads(path.read_text())
+        plans[record["question"]] = record["plan"]
+    return plans
+
+
+def asked(body: Mapping[str, Any]) -> str:
+    """The question (or sub-question) a request is about (its first user message says it)."""
+    for message in body["messages"]:
+        match = re.search(r"Question: (.*)", message["content"]) if message["role"] == "user" else None
+        if match:
+            return match.group(1).strip()
+    return body["messages"][-1]["content"]
+
+
+class ModelScript:
+    """Answers the resolver, decomposer, planner and synthesizer like a model would, from tables keyed by question."""
+
+    def __init__(self, fake: FakeLLMServer) -> None:
+        self.fake = fake
+        self.routes: dict[str, list[str]] = {}
+        self.unanswerable: set[str] = set()
+        self.decompositions: dict[str, dict] = {}
+        self.plans: dict[str, dict] = gold_plans()
+        self.answers: dict[str, str] = {}
+        fake.reset()
+        fake.respond_with("Answerability", self._answerability)
+        fake.respond_with("Decomposition", lambda body: self.decompositions[asked(body)])
+        fake.respond_with("PlanModel", lambda body: copy.deepcopy(self.plans[asked(body)]))
+        fake.respond_with("text", lambda body: self.answers.get(asked(body), "The result is shown below."))
+
+    def _answerability(self, body: Mapping[str, Any]) -> dict:
+        question = asked(body)
+        if question in self.unanswerable:
+            return {"answerable": False, "datasource_ids": [], "reason": "No database holds weather data."}
+        return {"answerable": True, "datasource_ids": self.routes.get(question, ["chinook"]), "reason": "It does."}
+
+    def plan(self, question: str, plan: dict, *, route: list[str] | None = None) -> None:
+        """The planner's plan for a question (and the resolver's datasources)."""
+        self.plans[question] = plan
+        if route:
+            self.routes[question] = route
+
+    def queue(self, name: str, *answers: FakeAnswer | dict | str) -> None:
+        """Answers served before the tables, in order (failures, bad JSON, delays)."""
+        self.fake.answer(name, *answers)
+
+
+def column(table: str | None, name: str) -> dict:
+    """A column reference in a plan."""
+    return {"kind": "column", "table": table, "column": name}
+
+
+def select_plan(table: str, *columns: str, where: dict | None = None, order: str | None = None,
+                extra: Callable[[dict], None] | None = None) -> dict:
+    """A one-table plan selecting columns."""
+    plan: dict = {"select": [{"expr": column(table, c), "alias": None} for c in columns],
+                  "from": {"table": table, "alias": None}}
+    if where:
+        plan["where"] = where
+    if order:
+        plan["order_by"] = [{"expr": column(table, order), "direction": "asc"}]
+    if extra:
+        extra(plan)
+    return plan
