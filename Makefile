@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev,postgres]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,postgres,otel]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -26,6 +26,11 @@ demo: install
 	$(NL2SQL) sql "SELECT utm_campaign, COUNT(*) AS orders, SUM(amount) AS revenue FROM web_orders JOIN sessions USING (session_id) WHERE utm_campaign IS NOT NULL GROUP BY utm_campaign ORDER BY orders DESC LIMIT 3" --datasource webanalytics --role analyst
 	@echo "A viewer may not read invoices; the refusal names nothing:"
 	-$(NL2SQL) sql "SELECT * FROM Invoice" --datasource chinook --role viewer
+	@echo "Questions, answered by the ask flow. A verified query needs no model:"
+	$(NL2SQL) ask "How much did we earn in each year?" --role analyst
+	$(NL2SQL) ask "How many urgent tickets are still open?" --role support
+	@echo "A free-form question needs a model (OPENAI_API_KEY, ANTHROPIC_API_KEY, or NL2SQL_LLM_BASE_URL and NL2SQL_LLM_MODEL for a local server, set before 'make demo'; see docs/models.md):"
+	-$(NL2SQL) ask "Which genres sell best in Germany?" --role analyst
 
 test: install
 	$(BIN)/python -m pytest -n 2 -q -m "not slow"

@@ -156,18 +156,18 @@ def run(work: Path, count: int, server: str) -> dict[str, Any]:
         fake.respond_with("text", lambda b: "The answer is in the rows below.")
         config_path = write_project(work / "demo", fake.base_url)
         runtime = Runtime(load_config(config_path), observers=[])
-        ask_inline(runtime, questions[0], roles=["analyst"])  # warm: model files, connections
-        ask_here(questions[0], role="analyst", config=str(config_path))  # warm: the flow's runtime, the client
+        ask_inline(runtime, questions[0], roles=["admin"])  # warm: model files, connections
+        ask_here(questions[0], role="admin", config=str(config_path))  # warm: the flow's runtime, the client
         flow_runtime = runtime_for(str(config_path))
         inline_ms, flow_ms, added_ms, own_ms, statuses = [], [], [], [], []
         for question in questions:
             started = time.perf_counter()
-            inline = ask_inline(runtime, question, roles=["analyst"])
+            inline = ask_inline(runtime, question, roles=["admin"])
             inline_ms.append((time.perf_counter() - started) * 1000)
             model_ms = _model_ms(runtime, inline.trace_id)
             own_ms.append(inline_ms[-1] - model_ms)
             started = time.perf_counter()
-            flowed = ask_here(question, role="analyst", config=str(config_path))
+            flowed = ask_here(question, role="admin", config=str(config_path))
             flow_ms.append((time.perf_counter() - started) * 1000)
             added_ms.append(flow_ms[-1] - inline_ms[-1])
             statuses.append((inline.status, flowed.status))

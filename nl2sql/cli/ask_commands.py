@@ -66,7 +66,8 @@ def print_result(result: QueryResult, *, streamed: bool) -> None:
         console.print(table)
         total = result.combined.total_rows if result.combined else next(
             (sq.total_rows for sq in result.sub_queries if sq.columns), len(rows))
-        shown = f"{len(rows)} of {total} rows" if total and total > len(rows) else f"{len(rows)} rows"
+        plural = "row" if (total or len(rows)) == 1 else "rows"
+        shown = f"{len(rows)} of {total} rows" if total and total > len(rows) else f"{len(rows)} {plural}"
         console.print(f"[dim]{shown}[/]")
     for w in result.warnings:
         console.print(f"[yellow]note[/] [dim]{w.code}[/]: {w.message}")

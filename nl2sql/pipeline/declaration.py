@@ -26,11 +26,32 @@ class Step:
     name: str
     fn: Callable[..., Any] | None = None
     per_sub_query: bool = False
+    when: Callable[..., bool] | None = None  # (state, sub_query) → whether the step applies; default always
+
+    def applies(self, state: Any, sub_query: Any = None) -> bool:
+        """Whether this step has anything to do for the state (a skipped step runs no task and no events)."""
+        return self.when is None or self.when(state, sub_query)
 
     @property
     def is_hook_point(self) -> bool:
         """Whether this step is one of the six hook points."""
         return self.fn is None
+
+
+def _not_answered(state: Any, sub_query: Any = None) -> bool:
+    return not state.sub_queries  # a verified query already answers
+
+
+def _generated(state: Any, sub_query: Any) -> bool:
+    return sub_query.verified is None
+
+
+def _executing(state: Any, sub_query: Any) -> bool:
+    return state.execute
+
+
+def _combining(state: Any, sub_query: Any = None) -> bool:
+    return state.combine is not None and state.execute
 
 
 def hook_point(name: str, *, per_sub_query: bool = False) -> Step:
@@ -58,18 +79,18 @@ ASK = Pipeline(
     before=(
         hook_point("run.before"),
         Step("curated_matcher", steps.match_curated),
-        Step("resolver", steps.resolve_datasources),
+        Step("resolver", steps.resolve_datasources, when=_not_answered),
         hook_point("datasources.after"),
-        Step("decomposer", steps.decompose),
+        Step("decomposer", steps.decompose, when=_not_answered),
     ),
     sub_query=(
-        Step("schema_retrieval", steps.retrieve_schema, per_sub_query=True),
-        Step("planner", steps.plan_sub_query, per_sub_query=True),
+        Step("schema_retrieval", steps.retrieve_schema, per_sub_query=True, when=_generated),
+        Step("planner", steps.plan_sub_query, per_sub_query=True, when=_generated),
         hook_point("plan.after", per_sub_query=True),
-        Step("validator", steps.validate, per_sub_query=True),
-        Step("generator", steps.generate, per_sub_query=True),
+        Step("validator", steps.validate, per_sub_query=True, when=_generated),
+        Step("generator", steps.generate, per_sub_query=True, when=_generated),
         hook_point("execute.before", per_sub_query=True),
-        Step("executor", steps.execute, per_sub_query=True),
+        Step("executor", steps.execute, per_sub_query=True, when=_executing),
         hook_point("execute.after", per_sub_query=True),
     ),
     refiner=Step("refiner", steps.refine, per_sub_query=True),
@@ -77,7 +98,7 @@ ASK = Pipeline(
     # errors a corrected plan can fix; a refusal, a timeout or a model failure never goes to the refiner
     refinable=frozenset({"PLAN_INVALID", "DATASOURCE_ERROR", "SQL_REJECTED"}),
     after=(
-        Step("aggregator", steps.aggregate),
+        Step("aggregator", steps.aggregate, when=_combining),
         Step("synthesizer", steps.synthesize),
         hook_point("answer.after"),
     ),

@@ -86,7 +86,8 @@ def run_sub_query(pipeline: Pipeline, ctx: RunContext, state: RunState, sq: SubQ
     i = 0
     max_retries = ctx.config.settings.pipeline.max_retries
     while i < len(pipeline.sub_query) and not state.finished:
-        call(pipeline.sub_query[i], ctx, state, sq)
+        if pipeline.sub_query[i].applies(state, sq):
+            call(pipeline.sub_query[i], ctx, state, sq)
         if sq.error is None:
             i += 1
             continue
@@ -105,7 +106,8 @@ def drive(ctx: RunContext, state: RunState, call: StepCall, parallel: Parallel, 
     for step in pipeline.before:
         if state.finished:
             return
-        call(step, ctx, state, None)
+        if step.applies(state):
+            call(step, ctx, state, None)
     if state.finished:
         return
     parallel([partial(run_sub_query, pipeline, ctx, state, sq, call) for sq in state.sub_queries])
@@ -117,7 +119,8 @@ def drive(ctx: RunContext, state: RunState, call: StepCall, parallel: Parallel, 
     for step in pipeline.after:
         if state.finished:
             return
-        call(step, ctx, state, None)
+        if step.applies(state):
+            call(step, ctx, state, None)
 
 
 def check_roles(runtime: Runtime, roles: Sequence[str]) -> list[str]:

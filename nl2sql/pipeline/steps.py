@@ -53,8 +53,6 @@ def match_curated(ctx: RunContext, state: RunState) -> None:
 
 def resolve_datasources(ctx: RunContext, state: RunState) -> None:
     """The caller's datasources first (none: refused, no search), then routing, then the model's answerability check."""
-    if state.sub_queries:  # a verified query answers
-        return
     reachable = _reachable(ctx, state)
     if not reachable:
         ctx.scope.publish("policy.decision", decision="deny", step="resolver", datasource_id=state.datasource_id,
@@ -94,8 +92,6 @@ def resolve_datasources(ctx: RunContext, state: RunState) -> None:
 
 def decompose(ctx: RunContext, state: RunState) -> None:
     """One sub-query per datasource needed, and how to combine them (no model call for a single datasource)."""
-    if state.sub_queries:
-        return
     if len(state.datasource_ids) == 1:
         state.sub_queries = [SubQuery(id="sq1", datasource_id=state.datasource_ids[0], question=state.question)]
         return
@@ -136,8 +132,6 @@ def decompose(ctx: RunContext, state: RunState) -> None:
 
 def retrieve_schema(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     """The tables and columns the planner sees for this sub-query (only what the caller may read)."""
-    if sq.verified:
-        return
     sq.schema = ctx.runtime.index.schema(sq.question, state.roles, sq.datasource_id)
 
 
@@ -160,8 +154,6 @@ def _fingerprint(ctx: RunContext, datasource_id: str) -> str:
 
 def plan_sub_query(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     """The sub-query's plan, from the plan cache or the planner model."""
-    if sq.verified:
-        return
     cached = None
     if ctx.config.settings.pipeline.plan_cache:
         cached = ctx.runtime.store.cached_plan(plan_cache_key(ctx, state, sq, _fingerprint(ctx, sq.datasource_id)))
@@ -183,8 +175,6 @@ def _dialect(ctx: RunContext, sq: SubQuery) -> str:
 
 def validate(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     """Every table and column against the live snapshot, every table against the caller's scope."""
-    if sq.verified:
-        return
     live = ctx.runtime.index.retriever.live(sq.datasource_id)
     if live is None or live.snapshot is None:
         raise IndexNotBuilt(f"Datasource {sq.datasource_id} has no index build.", fix="Run `nl2sql index build`.",
@@ -197,16 +187,12 @@ def validate(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
 
 def generate(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     """The SQL of the validated plan, in the datasource's dialect."""
-    if sq.verified:
-        return
     assert sq.plan is not None
     sq.sql = generate_sql(sq.plan, _dialect(ctx, sq), schemas=sq.schemas)
 
 
 def execute(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     """Run the SQL read-only (guard, scope, row limit, statement timeout within the run's time)."""
-    if not state.execute:
-        return
     assert sq.sql is not None
     limits = ctx.config.settings.pipeline
     remaining = ctx.scope.remaining_s()
@@ -277,8 +263,7 @@ def result_rows(sq: SubQuery) -> tuple[list[str], list[list[Any]]]:
 
 def aggregate(ctx: RunContext, state: RunState) -> None:
     """Combine the sub-queries' results across databases (join, compare or union) with DuckDB."""
-    if state.combine is None or not state.execute or any(sq.failed for sq in state.sub_queries):
-        return
+    assert state.combine is not None
     frames = {}
     for sq in state.sub_queries:
         columns, rows = result_rows(sq)
