@@ -130,3 +130,22 @@ def test_an_engine_fault_fails_the_flow_run(project: Config, model: ModelScript,
         state = ask("How much did we earn in each year?", role="analyst", config=str(project.path),
                     return_state=True)
     assert state.is_failed()
+
+
+def test_the_run_events_reach_prefect_related_to_the_flow_run(project: Config, model: ModelScript) -> None:
+    import httpx
+    from prefect.settings import PREFECT_API_URL
+
+    result = run_flow(project, "How much did we earn in each year?", "analyst")
+    body = {"filter": {"event": {"prefix": ["nl2sql."]},
+                       "related": {"resources_in_roles": [[f"prefect.flow-run.{result.trace_id}", "flow-run"]]},
+                       "order": "ASC"}, "limit": 50}
+    names: list[str] = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and "nl2sql.run.finished" not in names:  # the server stores events in batches
+        time.sleep(1)
+        response = httpx.post(f"{PREFECT_API_URL.value()}/events/filter", json=body, timeout=10)
+        response.raise_for_status()
+        names = [e["event"] for e in response.json()["events"]]
+    assert names[0] == "nl2sql.run.started" and "nl2sql.run.finished" in names
+    assert "nl2sql.node.finished" in names
