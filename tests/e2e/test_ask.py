@@ -158,10 +158,21 @@ def test_a_cross_database_question_joins_chinook_customers_with_support_tickets(
     assert result.combined.total_rows == len(expected)
 
 
-@pytest.mark.parametrize("role", ["viewer", "support"])
-def test_a_refusal_names_no_table_anywhere(project: Config, model: ModelScript, role: str) -> None:
-    question = "What is the total of all invoices ever?"
-    model.plan(question, INVOICE_PLAN, route=["chinook"])
+EMPLOYEE_PLAN = yaml.safe_load("""
+select:
+  - {expr: {kind: column, table: e, column: LastName}, alias: last_name}
+from: {table: Employee, alias: e}
+""")
+
+
+@pytest.mark.parametrize(("role", "question", "plan", "hidden"), [
+    ("viewer", "What is the total of all invoices ever?", INVOICE_PLAN, ("Invoice", "Total")),
+    ("support", "What is the total of all invoices ever?", INVOICE_PLAN, ("Invoice", "Total")),
+    ("analyst", "What are the last names of our staff?", EMPLOYEE_PLAN, ("Employee", "LastName")),
+])
+def test_a_refusal_names_no_table_anywhere(project: Config, model: ModelScript, role: str, question: str,
+                                           plan: dict, hidden: tuple[str, ...]) -> None:
+    model.plan(question, plan, route=["chinook"])
     events: list[Event] = []
     result = ask(project, question, role, events, settings={"plan_cache": False})
     assert result.status == "error"
@@ -172,7 +183,7 @@ def test_a_refusal_names_no_table_anywhere(project: Config, model: ModelScript, 
 
     seen = json.dumps([e.model_dump() for e in events]) + json.dumps(StateStore(project.state_dir).trace(
         result.trace_id)) + result.model_dump_json()
-    assert "Invoice" not in seen and "Total" not in seen
+    assert not [name for name in hidden if name in seen]
 
 
 def test_a_role_with_no_datasource_is_refused_before_any_search(project: Config, model: ModelScript) -> None:
