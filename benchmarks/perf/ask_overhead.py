@@ -106,7 +106,8 @@ def write_project(target: Path, base_url: str) -> Path:
     with DatasourceCatalog(config) as catalog:
         for ds in config.datasources:
             build_datasource(catalog.get(ds.id), store, shared_embedder(), profile=config.settings.profile,
-                             sample_questions=ds.sample_questions, verified=index_entries_of(ds))
+                             sample_questions=ds.sample_questions, verified=index_entries_of(ds),
+                             description=ds.description)
     return path
 
 

@@ -340,7 +340,8 @@ def routing_benchmark(sizes: Sizes, seed: int, work: Path, store: StateStore, em
         path = schemas.write_sqlite(db.tables, folder / f"{db.name}.sqlite")
         adapter = adapter_class("sqlite")(db.name, f"sqlite:///{path}")
         result, wall = timed(lambda a=adapter, d=db: build_datasource(a, store, embedder, profile=ProfileSettings(),
-                                                                      sample_questions=d.sample_questions))
+                                                                      sample_questions=d.sample_questions,
+                                                                      description=d.description))
         adapter.close()
         build_s += wall
         entries += sum(result.counts.values())

@@ -43,6 +43,7 @@ from nl2sql.index.store import StateStore
 from nl2sql.plan import PlanModel
 from nl2sql.plan import model as m
 from nl2sql.policies import scope
+from nl2sql.verified.match import index_entries_of
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -128,14 +129,15 @@ def build(workdir: Path):
     """The demo project with every datasource indexed; (config, retriever)."""
     config_path = workdir / "nl2sql.yaml"
     if not config_path.exists():
-        init_demo(workdir)
+        init_demo(workdir, env={})
     config = load_config(config_path)
     store = StateStore(config.state_dir)
     embedder = Embedder()
     with DatasourceCatalog(config) as catalog:
         for ds in config.datasources:
             build_datasource(catalog.get(ds.id), store, embedder, profile=config.settings.profile,
-                             sample_questions=ds.sample_questions)
+                             sample_questions=ds.sample_questions, verified=index_entries_of(ds),
+                             description=ds.description)
     return config, Retriever(store, embedder)
 
 

@@ -114,10 +114,10 @@ def retrieve_command(
                        "foreign_keys": result.schema.foreign_keys}}
         typer.echo(json.dumps(payload, indent=2))
         return
-    table = Table("datasource", "fused score", "best similarity", "votes (table/column/example/verified)", "",
+    table = Table("datasource", "fused score", "best similarity", "votes (table/column/example/verified/description)", "",
                   title="Routing")
     for c in result.routing.candidates:
-        votes = "/".join(str(c.votes.get(s, 0)) for s in ("table", "column", "example", "verified"))
+        votes = "/".join(str(c.votes.get(s, 0)) for s in ("table", "column", "example", "verified", "description"))
         verdict = "picked" if c.datasource_id in result.routing.picks else result.routing.dropped.get(c.datasource_id, "")
         table.add_row(c.datasource_id, f"{c.score:.4f}", f"{c.similarity:.3f}", votes, verdict)
     console.print(table)

@@ -69,7 +69,13 @@ def block_loader(name: str) -> str:
 
 def register_commands() -> None:
     """Attach the command modules (kept in their own files, one concern each)."""
-    from nl2sql.cli import ask_commands, data_commands, index_commands, plan_commands  # noqa: F401  (register on import)
+    from nl2sql.cli import (  # noqa: F401  (register on import)
+        approval_commands,
+        ask_commands,
+        data_commands,
+        index_commands,
+        plan_commands,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -24,7 +24,6 @@ from nl2sql.config.models import SECTIONS, Config
 from nl2sql.errors import ConfigError, ConfigProblem, did_you_mean
 
 ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
-BUILTIN_HOOKS = ("sql_review", "deny_tables", "question_rewriter", "row_limit")
 LLM_PROVIDERS = ("openai", "anthropic")
 
 
@@ -356,9 +355,12 @@ def check_config(config: Config, files: dict[str, str] | None = None) -> list[Co
                     f"add llm.prices.{model.model}: {{input: …, output: …}} (USD per 1M tokens), or unset "
                     "settings.pipeline.max_cost_usd"))
 
+    from nl2sql.hooks import hook_names  # built-ins and plugins' entry points
+
+    known_hooks = tuple(hook_names())
     for index, hook in enumerate(config.hooks):
-        if hook.use not in BUILTIN_HOOKS:
-            problems.append(_unknown_plugin(file("hooks"), f"hooks[{index}].use", "hook", hook.use, BUILTIN_HOOKS))
+        if hook.use not in known_hooks:
+            problems.append(_unknown_plugin(file("hooks"), f"hooks[{index}].use", "hook", hook.use, known_hooks))
         for r_index, role in enumerate(hook.approver_roles or []):
             if role not in policies.roles:
                 problems.append(

@@ -294,6 +294,15 @@ class CuratedSettings(Strict):
                                   "verified question (parameters filled in) for the verified SQL to answer.")
 
 
+class ApprovalSettings(Strict):
+    """How long a statement waits for an approver, and who is told."""
+
+    timeout_s: int = Field(default=3600, ge=1, description="A question waits this long, then ends needs_approval.")
+    poll_interval_s: int = Field(default=5, ge=1, description="How often a paused run looks for an answer.")
+    webhook_url: SecretStr | None = Field(default=None, description="Called (POST) when a statement needs an "
+                                          "approver, by the Prefect automation `nl2sql automations apply` makes.")
+
+
 class ProfileSettings(Strict):
     """Bounds on column profiling."""
 
@@ -322,6 +331,7 @@ class Settings(Strict):
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
     curated: CuratedSettings = Field(default_factory=CuratedSettings)
+    approvals: ApprovalSettings = Field(default_factory=ApprovalSettings)
     profile: ProfileSettings = Field(default_factory=ProfileSettings)
     pipeline: PipelineSettings = Field(default_factory=PipelineSettings)
 

@@ -278,6 +278,27 @@ class Adapter(ABC):
         guard_sql(sql, self.name)
         return self._run(sql, row_limit=row_limit, timeout_s=timeout_s)
 
+    def estimate_rows(self, sql: str, *, timeout_s: float = 10.0) -> int | None:
+        """The database's estimate of the rows a guarded statement reads (EXPLAIN), or None where the dialect
+        gives none or the estimate fails."""
+        guard_sql(sql, self.name)
+        query = self.explain_sql(sql)
+        if query is None:
+            return None
+        try:
+            result = self._run(query, row_limit=10_000, timeout_s=timeout_s)
+        except Exception:  # an estimate is advice: never a reason to fail the question
+            return None
+        return self.rows_from_explain(result)
+
+    def explain_sql(self, sql: str) -> str | None:
+        """The EXPLAIN statement giving a row estimate (None: this dialect has none)."""
+        return None
+
+    def rows_from_explain(self, result: ExecutionResult) -> int | None:
+        """The estimated rows in an EXPLAIN result."""
+        return None
+
     def _run(self, sql: str, *, row_limit: int, timeout_s: float) -> ExecutionResult:
         """Run a statement with no guard (callers guard, or built it themselves)."""
         started = time.perf_counter()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -10,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from nl2sql.datasources.base import Adapter, closing_cursor
-from nl2sql.datasources.models import ColumnInfo, ForeignKey, SchemaSnapshot, TableInfo
+from nl2sql.datasources.models import ColumnInfo, ExecutionResult, ForeignKey, SchemaSnapshot, TableInfo
 from nl2sql.datasources.sqlite import database_path
 
 #: No file or network access (COPY TO, read_csv, ATTACH of files, extension installs), and no SET to undo it.
@@ -26,6 +27,19 @@ class DuckDBAdapter(Adapter):
     """A DuckDB file, read-only."""
 
     name = "duckdb"
+
+    def explain_sql(self, sql: str) -> str | None:
+        """DuckDB's optimizer estimate, as JSON."""
+        return f"EXPLAIN (FORMAT JSON) {sql}"
+
+    def rows_from_explain(self, result: ExecutionResult) -> int | None:
+        """The largest `Estimated Cardinality` in the plan (what the statement reads at its widest)."""
+        import json
+
+        text = str(result.frame.iloc[0, -1])
+        found = [int(v) for v in re.findall(r'"Estimated Cardinality":\s*"(\d+)"', text)]
+        json.loads(text)  # a plan that is not JSON is no estimate
+        return max(found) if found else None
 
     def create_engine(self) -> sa.Engine:
         """A read-only engine over duckdb-engine."""

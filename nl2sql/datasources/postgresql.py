@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import sqlalchemy as sa
 
 from nl2sql.datasources.base import Adapter, closing_cursor
-from nl2sql.datasources.models import TableInfo
+from nl2sql.datasources.models import ExecutionResult, TableInfo
 from nl2sql.errors import DatasourceError
 
 #: Roles whose members can read or write server files or run programs even in a READ ONLY transaction.
@@ -29,6 +29,18 @@ class PostgreSQLAdapter(Adapter):
     name = "postgresql"
     #: A prepared statement cannot hold more than one command.
     execute_kwargs: ClassVar[dict[str, Any]] = {"prepare": True}
+
+    def explain_sql(self, sql: str) -> str | None:
+        """PostgreSQL's planner estimate, as JSON."""
+        return f"EXPLAIN (FORMAT JSON) {sql}"
+
+    def rows_from_explain(self, result: ExecutionResult) -> int | None:
+        """`Plan Rows` of the top plan node."""
+        import json
+
+        value = result.frame.iloc[0, 0]
+        plan = json.loads(value) if isinstance(value, str) else value
+        return int(plan[0]["Plan"]["Plan Rows"])
 
     def create_engine(self) -> sa.Engine:
         """Sessions default to read-only transactions; psycopg 3 is the driver unless the URL names another."""

@@ -97,7 +97,8 @@ def build_one(config: Config, catalog: DatasourceCatalog, store: StateStore, dat
         profiles = steps.profile(adapter, plan, config.settings.profile, report, column_failed)
         seconds["profile"] = time.perf_counter() - mark
         mark = time.perf_counter()
-        entries = steps.entries(plan, profiles, sample_questions=ds.sample_questions, verified=index_entries_of(ds))
+        entries = steps.entries(plan, profiles, sample_questions=ds.sample_questions, verified=index_entries_of(ds),
+                                 description=ds.description)
         seconds["entries"] = time.perf_counter() - mark
         build_id = store.begin_build(datasource_id, embedder.model_id)  # invisible until it commits
         try:

@@ -1,30 +1,80 @@
-"""Hooks at the six points of a question's run.
+"""Hooks at the six points of a question's run: context, decisions, the runner, the built-ins, approvals.
 
-The points are marked in the pipeline's declaration; this runner lets every run through until
-hooks are configured (the `hooks` section), so the declaration already has them where they sit.
+Hooks are configured in the `hooks` section (in order); the built-ins are registered exactly as a
+plugin's entry point (group `nl2sql.hooks`) would be.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from importlib.metadata import entry_points
 
-from nl2sql.config.models import HOOK_POINTS, HookConfig
+from pydantic import ValidationError
 
+from nl2sql.config.models import HOOK_POINTS, Config
+from nl2sql.errors import ConfigError, ConfigProblem, UnknownNameError
+from nl2sql.hooks.approval import ApprovalAnswer, ApprovalRequest, approval_problem
+from nl2sql.hooks.builtin import BUILTIN_HOOKS
+from nl2sql.hooks.context import Allow, Decision, Deny, Hook, HookContext, HookPoint, Modify, NeedsApproval
+from nl2sql.hooks.runner import HookBinding, HookRunner, HookVerdict
 
-class HookRunner:
-    """Calls the configured hooks of a point in config order (none configured: every point allows)."""
-
-    def __init__(self, hooks: list[HookConfig] | None = None) -> None:
-        self.hooks = list(hooks or [])
-
-    def at(self, point: str) -> list[HookConfig]:
-        """The hooks that run at a point."""
-        assert point in HOOK_POINTS, point
-        return [h for h in self.hooks if h.points is None or point in h.points]
-
-    def run(self, point: str, state: Any, sub_query: Any = None) -> None:
-        """Run the point's hooks over the state (Allow when there are none)."""
-        self.at(point)
+ENTRY_POINT_GROUP = "nl2sql.hooks"
+HOOKS: dict[str, type] = dict(BUILTIN_HOOKS)
 
 
-__all__ = ["HOOK_POINTS", "HookRunner"]
+def hook_names() -> list[str]:
+    """Every registered hook name: the built-ins and the `nl2sql.hooks` entry points."""
+    return sorted(set(HOOKS) | {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+
+
+def hook_class(name: str) -> type:
+    """A registered hook class (built-in or from the `nl2sql.hooks` entry point group)."""
+    if name not in HOOKS:
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            if ep.name == name:
+                HOOKS[name] = ep.load()
+    if name not in HOOKS:
+        raise UnknownNameError("hook", name, HOOKS)
+    return HOOKS[name]
+
+
+def build_hooks(config: Config) -> HookRunner:
+    """The configured hooks, in order (every problem in one ConfigError)."""
+    file = str(config.path or "nl2sql.yaml")
+    problems: list[ConfigProblem] = []
+    bindings: list[HookBinding] = []
+    seen: set[str] = set()
+    for i, hook in enumerate(config.hooks):
+        where = f"hooks[{i}]"
+        try:
+            cls = hook_class(hook.use)
+        except UnknownNameError as exc:
+            problems.append(ConfigProblem(file, f"{where}.use", exc.message, exc.fix))
+            continue
+        try:
+            options = cls.options_model(**hook.options)
+        except ValidationError as exc:
+            for err in exc.errors(include_url=False):
+                key = ".".join(str(p) for p in err["loc"])
+                problems.append(ConfigProblem(file, f"{where}.options{'.' + key if key else ''}", err["msg"]))
+            continue
+        points = frozenset(hook.points or cls.points)
+        if not points <= cls.points:
+            problems.append(ConfigProblem(file, f"{where}.points", f"{hook.use} runs only at "
+                                          f"{', '.join(sorted(cls.points))}", "remove the other points"))
+            continue
+        name = hook.name or hook.use
+        if name in seen:
+            problems.append(ConfigProblem(file, f"{where}.name", f"a second hook named {name!r}",
+                                          "give each hook of the same type its own name"))
+            continue
+        seen.add(name)
+        roles = tuple(hook.approver_roles or config.policies.admin_roles)
+        bindings.append(HookBinding(name, cls.from_options(options), points, hook.on_error, roles))
+    if problems:
+        raise ConfigError(problems)
+    return HookRunner(bindings)
+
+
+__all__ = ["HOOKS", "HOOK_POINTS", "Allow", "ApprovalAnswer", "ApprovalRequest", "Decision", "Deny", "Hook",
+           "HookBinding", "HookContext", "HookPoint", "HookRunner", "HookVerdict", "Modify", "NeedsApproval",
+           "approval_problem", "build_hooks", "hook_class", "hook_names"]

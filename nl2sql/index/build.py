@@ -106,11 +106,12 @@ def profile_tables(adapter: Adapter, plan: BuildPlan, settings: ProfileSettings,
 
 
 def make_entries(plan: BuildPlan, profiles: Sequence[ColumnProfile], *, sample_questions: Sequence[str] = (),
-                 verified: Sequence[VerifiedQuery] = ()) -> list[Entry]:
+                 verified: Sequence[VerifiedQuery] = (), description: str = "") -> list[Entry]:
     """Entries of the changed tables, the reused ones, and the datasource-level ones, in schema order."""
     changed = set(plan.changed_tables)
     partial = plan.snapshot.model_copy(update={"tables": [t for t in plan.snapshot.tables if qualified(t) in changed]})
-    fresh = build_entries(partial, profiles, sample_questions=sample_questions, verified=verified)
+    fresh = build_entries(partial, profiles, sample_questions=sample_questions, verified=verified,
+                          description=description)
     order = {qualified(t): i for i, t in enumerate(plan.snapshot.tables)}
     by_table = [e for e in [*plan.reused, *fresh] if e.table is not None and e.kind != "verified"]
     by_table.sort(key=lambda e: (order.get(e.table or "", 1 << 30), ("table", "column", "relationship").index(e.kind)))
@@ -139,7 +140,7 @@ def embed_entries(entries: Sequence[Entry], embedder: Embedder, store: StateStor
 
 def build_datasource(adapter: Adapter, store: StateStore, embedder: Embedder, *, profile: ProfileSettings,
                      keep: int = 3, sample_questions: Sequence[str] = (), verified: Sequence[VerifiedQuery] = (),
-                     full: bool = False, progress: Progress | None = None) -> BuildResult:
+                     description: str = "", full: bool = False, progress: Progress | None = None) -> BuildResult:
     """Every stage for one datasource, in one call (the flow runs the same functions as tasks)."""
     seconds: dict[str, float] = {}
     clock = time.perf_counter()
@@ -154,7 +155,8 @@ def build_datasource(adapter: Adapter, store: StateStore, embedder: Embedder, *,
     lap("reflect")
     profiles = profile_tables(adapter, plan, profile, progress)
     lap("profile")
-    entries = make_entries(plan, profiles, sample_questions=sample_questions, verified=verified)
+    entries = make_entries(plan, profiles, sample_questions=sample_questions, verified=verified,
+                           description=description)
     lap("entries")
     build_id = store.begin_build(adapter.datasource_id, embedder.model_id)
     try:

@@ -20,8 +20,8 @@ from pydantic import BaseModel, Field
 from nl2sql.datasources.models import ColumnProfile, SchemaSnapshot, TableInfo
 from nl2sql.plan.join_keys import category, dtype_of
 
-EntryKind = Literal["table", "column", "relationship", "example", "verified"]
-ENTRY_KINDS: tuple[EntryKind, ...] = ("table", "column", "relationship", "example", "verified")
+EntryKind = Literal["table", "column", "relationship", "example", "verified", "description"]
+ENTRY_KINDS: tuple[EntryKind, ...] = ("table", "column", "relationship", "example", "verified", "description")
 MAX_SAMPLES_IN_TEXT = 8
 MAX_COLUMNS_IN_TABLE_TEXT = 30
 
@@ -92,7 +92,9 @@ def table_entry(ds: str, table: TableInfo, description: str | None = None) -> En
 def column_entry(ds: str, table: TableInfo, column_name: str, type_name: str,
                  profile: ColumnProfile | None) -> Entry:
     """A column: the table and column as words, its kind of value, and frequent values when it has few."""
-    text = f"{words(column_name)} of {words(table.name)} ({table.name}.{column_name}), {_type_words(type_name)}"
+    # the name as words only: exact names are matched lexically at search time, and the echo cost a third of
+    # the tokens embedded
+    text = f"{words(column_name)} of {words(table.name)}, {_type_words(type_name)}"
     meta: dict[str, Any] = {"type": type_name}
     if profile is not None:
         meta.update(null_share=profile.null_share, distinct=profile.distinct_count, min=profile.min, max=profile.max,
@@ -133,6 +135,12 @@ def example_entries(ds: str, questions: Iterable[str]) -> list[Entry]:
     return out
 
 
+def description_entries(ds: str, description: str) -> list[Entry]:
+    """The datasource's description: what it holds, in the words its owners use."""
+    text = " ".join(description.split())
+    return [Entry(id=entry_id(ds, "description"), datasource_id=ds, kind="description", text=text)] if text else []
+
+
 def verified_entries(ds: str, queries: Sequence[VerifiedQuery]) -> list[Entry]:
     """Verified queries of this datasource: the question is what gets matched."""
     return [
@@ -143,7 +151,8 @@ def verified_entries(ds: str, queries: Sequence[VerifiedQuery]) -> list[Entry]:
 
 
 def build_entries(snapshot: SchemaSnapshot, profiles: Sequence[ColumnProfile], *,
-                  sample_questions: Sequence[str] = (), verified: Sequence[VerifiedQuery] = ()) -> list[Entry]:
+                  sample_questions: Sequence[str] = (), verified: Sequence[VerifiedQuery] = (),
+                  description: str = "") -> list[Entry]:
     """Every entry of one datasource, in a stable order."""
     ds = snapshot.datasource_id
     by_column = {(p.schema_name, p.table, p.column): p for p in profiles}
@@ -156,4 +165,5 @@ def build_entries(snapshot: SchemaSnapshot, profiles: Sequence[ColumnProfile], *
         entries.extend(relationship_entries(ds, table))
     entries.extend(example_entries(ds, sample_questions))
     entries.extend(verified_entries(ds, verified))
+    entries.extend(description_entries(ds, description))
     return entries

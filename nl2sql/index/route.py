@@ -19,7 +19,7 @@ import numpy as np
 
 from nl2sql.index.retrieve import Cues, LiveIndex, Retriever, read_question
 
-ROUTE_SIGNALS = ("table", "column", "example", "verified")
+ROUTE_SIGNALS = ("table", "column", "example", "verified", "description")
 RouteStrategy = Literal["votes", "best", "normalized", "votes+best", "normalized+best"]
 
 
@@ -86,6 +86,13 @@ def route(retriever: Retriever, question: str, datasource_ids: Sequence[str], al
     votes: dict[str, dict[str, int]] = {}
     for signal, scored in hits.items():
         if not scored:
+            continue
+        if signal == "description":  # one entry per datasource: ranked by how well it describes the question
+            closest: dict[str, float] = {}
+            for sim, ds in scored:
+                closest[ds] = max(sim, closest.get(ds, -1.0))
+            rankings[signal] = sorted(closest, key=lambda ds: -closest[ds])
+            votes[signal] = {ds: 1 for ds in closest}
             continue
         top = sorted(scored, reverse=True)[:vote_k]
         count: dict[str, float] = defaultdict(float)

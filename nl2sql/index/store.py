@@ -62,6 +62,15 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX traces_by_time ON traces (created_at);
     """,
+    """
+    CREATE TABLE approvals (
+        trace_id TEXT NOT NULL, request_id TEXT NOT NULL, request TEXT NOT NULL, status TEXT NOT NULL,
+        created_at REAL NOT NULL, resolved_at REAL, approver TEXT, role TEXT, reason TEXT,
+        PRIMARY KEY (trace_id, request_id)
+    );
+    CREATE INDEX approvals_by_status ON approvals (status, created_at);
+    CREATE TABLE pinned_runs (trace_id TEXT PRIMARY KEY, created_at REAL NOT NULL, state TEXT NOT NULL);
+    """,
 )
 
 
@@ -307,4 +316,44 @@ class StateStore:
         """A stored trace document, or None."""
         with self.connect() as conn:
             row = conn.execute("SELECT document FROM traces WHERE trace_id = ?", (trace_id,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    # --- approvals and suspended runs ----------------------------------------------------------
+
+    def save_approval(self, trace_id: str, request_id: str, request: dict) -> None:
+        """Record a statement waiting for an approver (again: kept as it was)."""
+        with self.connect() as conn:
+            conn.execute("INSERT OR IGNORE INTO approvals (request_id, trace_id, request, status, created_at) "
+                         "VALUES (?, ?, ?, 'pending', ?)", (request_id, trace_id, json.dumps(request), time.time()))
+
+    def resolve_approval(self, trace_id: str, request_id: str, status: str, *, approver: str | None = None,
+                         role: str | None = None, reason: str | None = None) -> None:
+        """Record how a run's request ended: approved, denied or timed_out."""
+        with self.connect() as conn:
+            conn.execute("UPDATE approvals SET status = ?, resolved_at = ?, approver = ?, role = ?, reason = ? "
+                         "WHERE trace_id = ? AND request_id = ?",
+                         (status, time.time(), approver, role, reason, trace_id, request_id))
+
+    def approvals(self, status: str | None = "pending", trace_id: str | None = None) -> list[dict]:
+        """Recorded requests (pending ones by default), oldest first: trace id, status and the request."""
+        query, args = "SELECT trace_id, status, request, approver, role, reason FROM approvals WHERE 1 = 1", []
+        if status is not None:
+            query, args = query + " AND status = ?", [*args, status]
+        if trace_id is not None:
+            query, args = query + " AND trace_id = ?", [*args, trace_id]
+        with self.connect() as conn:
+            rows = conn.execute(query + " ORDER BY created_at", args).fetchall()
+        return [{"trace_id": r[0], "status": r[1], "request": json.loads(r[2]), "approver": r[3], "role": r[4],
+                 "reason": r[5]} for r in rows]
+
+    def pin_run(self, trace_id: str, state: dict) -> None:
+        """Keep a suspended run's decisions, so its resumed run asks no model again."""
+        with self.connect() as conn:
+            conn.execute("INSERT OR REPLACE INTO pinned_runs (trace_id, created_at, state) VALUES (?, ?, ?)",
+                         (trace_id, time.time(), json.dumps(state, default=str)))
+
+    def pinned_run(self, trace_id: str) -> dict | None:
+        """A suspended run's pinned decisions, or None."""
+        with self.connect() as conn:
+            row = conn.execute("SELECT state FROM pinned_runs WHERE trace_id = ?", (trace_id,)).fetchone()
         return json.loads(row[0]) if row else None

@@ -46,17 +46,26 @@ def _generated(state: Any, sub_query: Any) -> bool:
     return sub_query.verified is None
 
 
+def _to_plan(state: Any, sub_query: Any) -> bool:
+    return sub_query.verified is None and sub_query.plan is None  # a resumed run's plan is pinned
+
+
+def _not_resumed(state: Any, sub_query: Any = None) -> bool:
+    return not state.resumed  # the hooks before execute.before decided before the run was suspended
+
+
 def _executing(state: Any, sub_query: Any) -> bool:
     return state.execute
 
 
 def _combining(state: Any, sub_query: Any = None) -> bool:
-    return state.combine is not None and state.execute
+    inputs = {state.combine.left, state.combine.right} if state.combine is not None else set()
+    return bool(inputs) and state.execute and not any(sq.dropped for sq in state.sub_queries if sq.id in inputs)
 
 
-def hook_point(name: str, *, per_sub_query: bool = False) -> Step:
+def hook_point(name: str, *, per_sub_query: bool = False, when: Callable[..., bool] | None = None) -> Step:
     """A hook point in the declaration."""
-    return Step(name, None, per_sub_query)
+    return Step(name, None, per_sub_query, when)
 
 
 @dataclass(frozen=True)
@@ -77,16 +86,16 @@ class Pipeline:
 
 ASK = Pipeline(
     before=(
-        hook_point("run.before"),
+        hook_point("run.before", when=_not_resumed),
         Step("curated_matcher", steps.match_curated),
         Step("resolver", steps.resolve_datasources, when=_not_answered),
-        hook_point("datasources.after"),
+        hook_point("datasources.after", when=_not_resumed),
         Step("decomposer", steps.decompose, when=_not_answered),
     ),
     sub_query=(
         Step("schema_retrieval", steps.retrieve_schema, per_sub_query=True, when=_generated),
-        Step("planner", steps.plan_sub_query, per_sub_query=True, when=_generated),
-        hook_point("plan.after", per_sub_query=True),
+        Step("planner", steps.plan_sub_query, per_sub_query=True, when=_to_plan),
+        hook_point("plan.after", per_sub_query=True, when=_not_resumed),
         Step("validator", steps.validate, per_sub_query=True, when=_generated),
         Step("generator", steps.generate, per_sub_query=True, when=_generated),
         hook_point("execute.before", per_sub_query=True),

@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from nl2sql.hooks.approval import ApprovalRequest
+
 RunStatus = Literal["success", "plan_only", "error", "needs_approval", "stopped"]
 
 
@@ -85,6 +87,7 @@ class QueryResult(BaseModel):
     combined: CombinedResult | None = None
     warnings: list[RunWarning] = Field(default_factory=list)
     errors: list[RunError] = Field(default_factory=list)
+    approvals: list[ApprovalRequest] = Field(default_factory=list, description="Requests waiting for an approver.")
     usage: dict[str, Any] = Field(default_factory=dict)
     cost_usd: float | None = None
     llm_calls: int = 0

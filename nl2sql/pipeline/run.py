@@ -13,8 +13,10 @@ from functools import partial
 from typing import Any
 
 from nl2sql.errors import GENERIC_REFUSAL, NL2SQLError, SecurityViolation
+from nl2sql.hooks import ApprovalAnswer, ApprovalRequest, approval_problem
 from nl2sql.llm.models import LimitReached
 from nl2sql.pipeline.declaration import ASK, Pipeline, Step
+from nl2sql.pipeline.hooking import run_hook_point
 from nl2sql.pipeline.result import Answer, CombinedResult, QueryResult, RunError, SubQueryResult
 from nl2sql.pipeline.runtime import RunContext, Runtime, timeout_stop
 from nl2sql.pipeline.state import RunState, SubQuery
@@ -23,6 +25,13 @@ from nl2sql.policies.scope import role_rules
 
 StepCall = Callable[[Step, RunContext, RunState, "SubQuery | None"], None]
 Parallel = Callable[[Sequence[Callable[[], None]]], None]
+#: How an executor gets approvers' answers for waiting requests: request id → answer, or None (not in time).
+Approve = Callable[[RunContext, RunState, list[ApprovalRequest]], dict[str, "ApprovalAnswer | None"]]
+
+
+def no_approvers(ctx: RunContext, state: RunState, requests: list[ApprovalRequest]) -> dict[str, None]:
+    """The inline executor cannot wait: every request stays pending (status needs_approval)."""
+    return {r.id: None for r in requests}
 
 
 def _error(exc: NL2SQLError, step: Step, sq: SubQuery | None) -> RunError:
@@ -42,7 +51,7 @@ def _stop(ctx: RunContext, state: RunState, stop: LimitReached) -> None:
 def invoke_step(step: Step, ctx: RunContext, state: RunState, sq: SubQuery | None = None) -> None:
     """Run one step: node events, the time limit, and its errors recorded on the state (never raised)."""
     if step.is_hook_point:
-        ctx.runtime.hooks.run(step.name, state, sq)
+        run_hook_point(ctx, state, step.name, sq)
         return
     sub_id = sq.id if sq else None
     ctx.scope.publish("node.started", node=step.name, sub_query_id=sub_id)
@@ -80,14 +89,22 @@ def invoke_step(step: Step, ctx: RunContext, state: RunState, sq: SubQuery | Non
                           error_code=error.code if error else None, duration_ms=round(elapsed, 2))
 
 
-def run_sub_query(pipeline: Pipeline, ctx: RunContext, state: RunState, sq: SubQuery, call: StepCall) -> None:
-    """One sub-query's steps in order; a refinable error goes to the refiner, then again from `retry_from`."""
+def _waiting(state: RunState, sq: SubQuery) -> bool:
+    return sq.approval is not None and sq.approval.id not in state.approved
+
+
+def run_sub_query(pipeline: Pipeline, ctx: RunContext, state: RunState, sq: SubQuery, call: StepCall,
+                  start: str | None = None) -> None:
+    """One sub-query's steps in order (from `start`); a refinable error goes to the refiner, then again from
+    `retry_from`; a statement waiting for an approver stops here."""
     names = [s.name for s in pipeline.sub_query]
-    i = 0
+    i = names.index(start) if start else 0
     max_retries = ctx.config.settings.pipeline.max_retries
     while i < len(pipeline.sub_query) and not state.finished:
         if pipeline.sub_query[i].applies(state, sq):
             call(pipeline.sub_query[i], ctx, state, sq)
+        if _waiting(state, sq) or sq.dropped:
+            return
         if sq.error is None:
             i += 1
             continue
@@ -101,7 +118,43 @@ def run_sub_query(pipeline: Pipeline, ctx: RunContext, state: RunState, sq: SubQ
         return
 
 
-def drive(ctx: RunContext, state: RunState, call: StepCall, parallel: Parallel, pipeline: Pipeline = ASK) -> None:
+def settle_approvals(pipeline: Pipeline, ctx: RunContext, state: RunState, call: StepCall, parallel: Parallel,
+                     approve: Approve) -> None:
+    """Ask for approvers' answers to waiting statements; go on with the approved ones, end the run on a denial
+    or an answer that cannot stand, leave it needs_approval when none came in time."""
+    waiting = [sq for sq in state.sub_queries if _waiting(state, sq)]
+    if not waiting or state.finished:
+        return
+    answers = approve(ctx, state, [sq.approval for sq in waiting])  # type: ignore[misc]
+    go_on = []
+    for sq in waiting:
+        request = sq.approval
+        assert request is not None
+        answer = answers.get(request.id)
+        if answer is None:
+            state.pending.append(request)
+            ctx.scope.publish("approval.resolved", request_id=request.id, outcome="timed_out")
+            continue
+        problem = approval_problem(request, answer, list(ctx.runtime.hooks.binding(request.hook).approver_roles))
+        if problem is None and answer.approve:
+            state.approved.add(request.id)
+            ctx.scope.publish("approval.resolved", request_id=request.id, outcome="approved", approver=answer.approver,
+                              role=answer.role, reason=answer.comment or None)
+            go_on.append(sq)
+            continue
+        reason = problem or (f"denied by {answer.approver}" + (f": {answer.comment}" if answer.comment else ""))
+        ctx.scope.publish("approval.resolved", request_id=request.id, outcome="denied", approver=answer.approver,
+                          role=answer.role, reason=reason)
+        state.end("error", RunError(code="HOOK_DENIED", message=f"The statement was not approved: {reason}.",
+                                    node="execute.before", sub_query_id=sq.id))
+    if state.pending and not state.finished:
+        state.end("needs_approval")
+    if go_on and not state.finished:
+        parallel([partial(run_sub_query, pipeline, ctx, state, sq, call, "execute.before") for sq in go_on])
+
+
+def drive(ctx: RunContext, state: RunState, call: StepCall, parallel: Parallel, pipeline: Pipeline = ASK,
+          approve: Approve = no_approvers) -> None:
     """Run the whole declaration over the state."""
     for step in pipeline.before:
         if state.finished:
@@ -111,7 +164,13 @@ def drive(ctx: RunContext, state: RunState, call: StepCall, parallel: Parallel, 
     if state.finished:
         return
     parallel([partial(run_sub_query, pipeline, ctx, state, sq, call) for sq in state.sub_queries])
-    failed = [sq for sq in state.sub_queries if sq.error is not None]
+    settle_approvals(pipeline, ctx, state, call, parallel, approve)
+    if state.finished:
+        return
+    if state.sub_queries and all(sq.dropped for sq in state.sub_queries):
+        state.end("error", next(sq.error for sq in state.sub_queries if sq.error))
+        return
+    failed = [sq for sq in state.sub_queries if sq.failed]
     if failed and not state.finished:
         for sq in failed:
             state.errors.append(sq.error)  # type: ignore[arg-type]
@@ -151,6 +210,9 @@ def build_result(ctx: RunContext, state: RunState) -> QueryResult:
     """The QueryResult of a finished state."""
     status = state.status or ("plan_only" if not state.execute else "success")
     preview = ctx.config.settings.pipeline.preview_rows
+    denied = any(e.code in ("HOOK_DENIED", "HOOK_FAILED") for e in state.errors)  # dropped parts are warnings
+    if denied:  # a run a hook ended gives no rows, whatever ran before the hook decided
+        preview = 0
     subs = []
     for sq in state.sub_queries:
         columns, rows = result_rows(sq)
@@ -160,18 +222,24 @@ def build_result(ctx: RunContext, state: RunState) -> QueryResult:
             rows=rows[:preview], total_rows=len(rows) if sq.result is not None else None,
             truncated=bool(sq.result and sq.result.truncated), attempts=sq.attempts, error=sq.error))
     combined = None
-    if state.combined is not None and state.combine is not None:
+    if state.combined is not None and state.combine is not None and not denied:
         combined = CombinedResult(kind=state.combine.kind, columns=state.combined.columns,
                                   rows=[list(r) for r in state.combined.rows[:preview]],
                                   total_rows=state.combined.total_rows, truncated=state.combined.truncated)
     answer = Answer(summary=state.summary, content=state.answer)
-    if status in ("error", "stopped") and state.errors:
+    if status == "needs_approval" and state.pending:
+        first = state.pending[0]
+        text = (f"This question waits for an approver ({', '.join(first.approver_roles)}): its SQL {first.reason}. "
+                f"Approve it with `nl2sql approve {ctx.scope.trace_id} --user USER --role ROLE`.")
+        answer = Answer(summary="Waiting for approval.", content=text)
+    elif status in ("error", "stopped") and state.errors:
         first = state.errors[0]
         text = first.message + (f" {first.fix}" if first.fix else "")
         answer = Answer(summary=first.message, content=text)
     usage = ctx.llm.usage()
     return QueryResult(trace_id=ctx.scope.trace_id, question=state.question, status=status, answer=answer,
                        sub_queries=subs, combined=combined, warnings=state.warnings, errors=state.errors,
+                       approvals=state.pending,
                        usage=usage.model_dump(), cost_usd=ctx.llm.cost_usd(), llm_calls=len(ctx.llm.records),
                        duration_ms=round(ctx.scope.elapsed_ms(), 2))
 

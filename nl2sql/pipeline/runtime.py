@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from nl2sql.config.models import Config
 from nl2sql.datasources import DatasourceCatalog
 from nl2sql.datasources.connect import BlockLoader
-from nl2sql.errors import ConfigError, ConfigProblem
 from nl2sql.events import EventBus
-from nl2sql.hooks import HookRunner
+from nl2sql.hooks import build_hooks
 from nl2sql.index.service import IndexService
 from nl2sql.index.store import StateStore
 from nl2sql.llm.budget import Budget
@@ -57,16 +56,12 @@ class Runtime:
     def __init__(self, config: Config, *, block_loader: BlockLoader | None = None,
                  llm_block_loader: LLMBlockLoader | None = None, observers: Sequence[Observer] | None = None,
                  forward: Callable | None = None) -> None:
-        if config.hooks:
-            raise ConfigError(ConfigProblem(str(config.path or "nl2sql.yaml"), "hooks",
-                                            "no hook types are available in this version of nl2sql",
-                                            "remove the hooks section"))
         self.config = config
         self.store = StateStore(config.state_dir)
         self.index = IndexService(config, self.store)
         self.catalog = DatasourceCatalog(config, block_loader=block_loader)
         self.llm_block_loader = llm_block_loader
-        self.hooks = HookRunner(config.hooks)
+        self.hooks = build_hooks(config)
         self.observers = list(build_observers(config) if observers is None else observers)
         self.forward = forward  # every event, e.g. to Prefect's event stream
         self.listeners: list[Callable] = []  # every run's events, e.g. the CLI's live display

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from nl2sql.aggregate import Combined, CombineSpec
 from nl2sql.datasources.models import ExecutionResult
+from nl2sql.hooks.approval import ApprovalRequest
 from nl2sql.index.retrieve import RetrievedSchema
 from nl2sql.pipeline.result import RunError, RunStatus, RunWarning
 from nl2sql.plan import PlanModel
@@ -41,11 +42,30 @@ class SubQuery:
     attempts: int = 0
     timings_ms: dict[str, float] = field(default_factory=dict)
     prompt_chars: dict[str, int] = field(default_factory=dict)
+    dropped: bool = False  # a hook denied it with scope sub_query; the run goes on without it
+    approval: ApprovalRequest | None = None  # waiting for an approver at execute.before
 
     @property
     def failed(self) -> bool:
-        """Whether this sub-query ended with an error."""
-        return self.error is not None
+        """Whether this sub-query ended with an error (a dropped one does not fail the run)."""
+        return self.error is not None and not self.dropped
+
+    def pinned(self) -> dict[str, Any]:
+        """What a resumed run needs to go on without asking any model again: the question, the plan or SQL."""
+        return {"id": self.id, "datasource_id": self.datasource_id, "question": self.question,
+                "expected_columns": [vars(c) for c in self.expected_columns],
+                "plan": self.plan.model_dump(mode="json") if self.plan else None, "plan_source": self.plan_source,
+                "sql": self.sql if self.verified else None,
+                "verified": vars(self.verified) if self.verified else None}
+
+    @classmethod
+    def from_pinned(cls, data: dict[str, Any]) -> SubQuery:
+        """A sub-query restored from `pinned()`."""
+        return cls(id=data["id"], datasource_id=data["datasource_id"], question=data["question"],
+                   expected_columns=[ExpectedColumn(**c) for c in data["expected_columns"]],
+                   plan=PlanModel.model_validate(data["plan"]) if data["plan"] else None,
+                   plan_source=data["plan_source"], sql=data["sql"],
+                   verified=VerifiedMatch(**data["verified"]) if data["verified"] else None)
 
 
 @dataclass
@@ -71,6 +91,9 @@ class RunState:
     limit: dict[str, str] | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
     prompt_chars: dict[str, int] = field(default_factory=dict)
+    approved: set[str] = field(default_factory=set)  # ids of approval requests an approver approved
+    pending: list[ApprovalRequest] = field(default_factory=list)  # requests no approver answered in time
+    resumed: bool = False  # restored from a pinned state after a suspension
 
     @property
     def finished(self) -> bool:
@@ -83,3 +106,21 @@ class RunState:
             self.status = status
         if error is not None:
             self.errors.append(error)
+
+
+def pin_state(state: RunState) -> dict[str, Any]:
+    """The run's decisions so far (question, datasources, sub-queries with their plans, combination), for a run
+    that resumes after a suspension without calling the model again."""
+    return {"question": state.question, "datasource_ids": state.datasource_ids, "routing": state.routing,
+            "answerability": state.answerability, "sub_queries": [sq.pinned() for sq in state.sub_queries],
+            "combine": state.combine.model_dump() if state.combine else None}
+
+
+def restore_state(state: RunState, pinned: dict[str, Any]) -> None:
+    """Put pinned decisions back on a fresh state (the steps they came from are then skipped)."""
+    state.question = pinned["question"]
+    state.datasource_ids = list(pinned["datasource_ids"])
+    state.routing, state.answerability = pinned["routing"], pinned["answerability"]
+    state.sub_queries = [SubQuery.from_pinned(sq) for sq in pinned["sub_queries"]]
+    state.combine = CombineSpec.model_validate(pinned["combine"]) if pinned["combine"] else None
+    state.resumed = True

@@ -319,6 +319,8 @@ def synthesize(ctx: RunContext, state: RunState) -> None:
     preview = rows[: ctx.config.settings.pipeline.preview_rows]
     messages = prompts.synthesizer_messages(state.question, columns, preview, total, notes)
     state.prompt_chars["synthesizer"] = sum(len(m.content) for m in messages)
-    state.answer = ctx.llm.text("synthesizer", messages,
-                                on_delta=lambda text: ctx.scope.publish("answer.delta", text=text)).strip()
+    # a hook at answer.after may still deny the answer: then nothing of it is streamed before it decides
+    stream = None if ctx.runtime.hooks.at("answer.after") else (lambda text: ctx.scope.publish("answer.delta",
+                                                                                                text=text))
+    state.answer = ctx.llm.text("synthesizer", messages, on_delta=stream).strip()
     state.summary = state.answer.split("\n")[0].split(". ")[0].rstrip(".") + "."

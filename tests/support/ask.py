@@ -22,9 +22,10 @@ PLANS_DIR = Path(__file__).resolve().parent.parent / "data" / "plans" / "chinook
 FAKE_PRICE = {"input": 1.0, "output": 2.0}
 
 
-def write_ask_project(target: Path, fake: FakeLLMServer, **pipeline: Any) -> Config:
+def write_ask_project(target: Path, fake: FakeLLMServer, *, hooks: list[dict] | None = None,
+                      approvals: dict | None = None, **pipeline: Any) -> Config:
     """The demo project with the fake server as every node's model, its index built into its state folder
-    (and `settings.pipeline` values written into its file)."""
+    (and hooks, `settings.approvals` and `settings.pipeline` values written into its file)."""
     config_path = init_demo(target, env={})
     raw = yaml.safe_load(config_path.read_text())
     raw["llm"] = {"models": {"fake": {"provider": "openai", "model": "fake-model", "base_url": fake.base_url,
@@ -32,7 +33,11 @@ def write_ask_project(target: Path, fake: FakeLLMServer, **pipeline: Any) -> Con
                   "default": "fake", "prices": {"fake-model": FAKE_PRICE}}
     raw["observers"] = []
     if pipeline:
-        raw["settings"] = {"pipeline": pipeline}
+        raw.setdefault("settings", {})["pipeline"] = pipeline
+    if approvals:
+        raw.setdefault("settings", {})["approvals"] = approvals
+    if hooks:
+        raw["hooks"] = hooks
     config_path.write_text(yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
     config = load_config(config_path)
     build_demo_index(config, config.state_dir)

@@ -17,5 +17,6 @@ def build_demo_index(config: Config, state_dir: Path) -> StateStore:
     with DatasourceCatalog(config) as catalog:
         for ds in config.datasources:
             build_datasource(catalog.get(ds.id), store, shared_embedder(), profile=config.settings.profile,
-                             sample_questions=ds.sample_questions, verified=index_entries_of(ds))
+                             sample_questions=ds.sample_questions, verified=index_entries_of(ds),
+                             description=ds.description)
     return store

@@ -1,0 +1,98 @@
+"""Approval requests and the check of an approver's answer.
+
+A request's id is the SHA-256 of the canonical JSON of its identifying fields (the question, the
+asker, the hook, the datasource, the sub-query and the SQL with its hash), so an approval given for
+one statement can never cover another; the answer is accepted only from an approver holding one of
+the hook's approver roles, for the same request id and the same SQL hash.
+
+>>> request = ApprovalRequest.build(question="q", asker="ann", hook="sql_review", datasource_id="chinook",
+...                                 sub_query_id="sq1", sql="SELECT 1", reason="reads Invoice",
+...                                 approver_roles=["dba"])
+>>> request.id == request.expected_id(), request.sql_sha256[:12]
+(True, 'e004ebd5b553')
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: The fields the id covers (reason and approver roles are for display).
+REQUEST_ID_FIELDS = ("question", "asker", "hook", "point", "datasource_id", "sub_query_id", "sql", "sql_sha256")
+
+
+def sha256_text(text: str) -> str:
+    """Hex SHA-256 of a text."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class ApprovalRequest(BaseModel):
+    """A statement waiting for an approver."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    question: str
+    asker: str | None
+    hook: str
+    point: Literal["execute.before"] = "execute.before"
+    datasource_id: str
+    sub_query_id: str
+    sql: str
+    sql_sha256: str
+    reason: str
+    approver_roles: list[str]
+
+    @classmethod
+    def build(cls, *, question: str, asker: str | None, hook: str, datasource_id: str, sub_query_id: str, sql: str,
+              reason: str, approver_roles: list[str]) -> ApprovalRequest:
+        """A request with its SQL hash and id computed."""
+        fields = {"question": question, "asker": asker, "hook": hook, "point": "execute.before",
+                  "datasource_id": datasource_id, "sub_query_id": sub_query_id, "sql": sql,
+                  "sql_sha256": sha256_text(sql)}
+        return cls(id=_request_id(fields), reason=reason, approver_roles=list(approver_roles), **fields)
+
+    def expected_id(self) -> str:
+        """The id its identifying fields give (differs from `id` when the request was edited)."""
+        return _request_id({name: getattr(self, name) for name in REQUEST_ID_FIELDS})
+
+    def markdown(self) -> str:
+        """The request as an approver reads it."""
+        return (f"### Approval needed: {self.reason}\n\n**Asked by:** {self.asker or 'unknown'}  \n"
+                f"**Question:** {self.question}  \n**Datasource:** {self.datasource_id} · **hook:** {self.hook}  \n"
+                f"**Approver roles:** {', '.join(self.approver_roles)}\n\n```sql\n{self.sql}\n```\n\n"
+                f"Request `{self.id[:16]}…` · SQL SHA-256 `{self.sql_sha256[:16]}…`")
+
+
+def _request_id(fields: dict) -> str:
+    return sha256_text(json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
+
+
+class ApprovalAnswer(BaseModel):
+    """An approver's answer to a request."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    approve: bool = Field(description="Approve (run the SQL) or deny.")
+    approver: str = Field(min_length=1, description="The approver's user id.")
+    role: str = Field(min_length=1, description="The role the approver acts in (one of the hook's approver roles).")
+    comment: str = ""
+    request_id: str = Field(description="The id of the request approved (filled in).")
+    sql_sha256: str = Field(description="The SHA-256 of the SQL approved (filled in).")
+
+
+def approval_problem(request: ApprovalRequest, answer: ApprovalAnswer, approver_roles: list[str]) -> str | None:
+    """Why an answer cannot stand for a request (None when it can): an edited request, another request or SQL,
+    or an approver without one of the hook's roles."""
+    if request.expected_id() != request.id or sha256_text(request.sql) != request.sql_sha256:
+        return "the request was changed after it was made"
+    if answer.request_id != request.id:
+        return "the answer is for another request"
+    if answer.sql_sha256 != request.sql_sha256:
+        return "the SQL approved is not the SQL that would run"
+    if answer.role not in approver_roles:
+        return f"role {answer.role!r} may not approve this hook's requests (approver roles: {', '.join(approver_roles)})"
+    return None

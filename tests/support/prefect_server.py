@@ -1,0 +1,59 @@
+"""A real `prefect server start` on loopback for tests that need one (automations, deployments, the UI)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def free_port() -> int:
+    """A port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_env(home: Path, port: int) -> dict[str, str]:
+    """The environment of a loopback server (and of processes that talk to it)."""
+    return {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_API_PORT": str(port),
+            "PREFECT_SERVER_API_HOST": "127.0.0.1", "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
+            "PREFECT_UI_URL": f"http://127.0.0.1:{port}", "DO_NOT_TRACK": "1",
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING"}
+
+
+@contextmanager
+def prefect_server_process(home: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """Start `prefect server start` (SQLite in `home`); yield its API URL and environment; stop it after."""
+    port = free_port()
+    env = server_env(home, port)
+    log = open(home / "server.log", "w")  # noqa: SIM115  (closed below)
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "prefect"), "server", "start"], env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
+    api = env["PREFECT_API_URL"]
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{api}/health", timeout=2) as response:
+                    if response.read().strip() == b"true":
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"prefect server did not start; see {home / 'server.log'}")
+            time.sleep(0.5)
+        yield api, env
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
