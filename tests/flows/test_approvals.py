@@ -37,6 +37,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict
     with prefect_server_process(tmp_path_factory.mktemp("prefect-server")) as (api, env), \
             temporary_settings(updates={PREFECT_API_URL: api}):
         yield api, env
+        _drain_workers()  # while the server still answers: a worker left holding its events blocks later drains
+
+
+def _drain_workers() -> None:
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    APILogWorker.drain_all()
+    EventsWorker.drain_all()
 
 
 @pytest.fixture(scope="module")
