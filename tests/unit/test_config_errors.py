@@ -277,7 +277,7 @@ CASES = [
     Case("hook-unknown", at("hooks.0.use", "sql_reveiw"), MAIN, "hooks[0].use",
          "did you mean 'sql_review'?", "unknown hook 'sql_reveiw'"),
     Case("hook-unknown-no-guess", at("hooks.0.use", "zzz"), MAIN, "hooks[0].use",
-         "built-in hooks: sql_review", "unknown hook 'zzz'"),
+         "built-in hooks: deny_tables, question_rewriter, row_limit, sql_review", "unknown hook 'zzz'"),
     Case("hook-approver-role-unknown", at("hooks.0.approver_roles", ["admin", "dba"]), MAIN,
          "hooks[0].approver_roles[1]", "define it under policies.roles", "unknown role 'dba'"),
     Case("hook-point-typo", at("hooks.0.points", ["execute.befor"]), MAIN, "hooks[0].points[0]",
