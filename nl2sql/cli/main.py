@@ -73,6 +73,7 @@ def register_commands() -> None:
         approval_commands,
         ask_commands,
         data_commands,
+        eval_commands,
         index_commands,
         plan_commands,
     )

@@ -69,7 +69,7 @@ def load_config(path: str | Path) -> Config:
                     )
                 )
                 continue
-        data[key] = _expand_env(value, files[key], key, problems)
+        data[key] = expand_env(value, files[key], key, problems)
     # What is reported so far (unset variables, broken includes, misspelt sections) blanks or drops
     # a key; what validation then says at or under that key only repeats it, so it is left out.
     covered = {(p.file, p.key) for p in problems}
@@ -149,14 +149,14 @@ def _expand_env_string(text: str, file: str, key: str, problems: list[ConfigProb
     return ENV_REF.sub(replace, text)
 
 
-def _expand_env(value: Any, file: str, key: str, problems: list[ConfigProblem]) -> Any:
+def expand_env(value: Any, file: str, key: str, problems: list[ConfigProblem]) -> Any:
     """Expand `${env:VAR}` in every string of a section, recording unset variables."""
     if isinstance(value, str):
         return _expand_env_string(value, file, key, problems)
     if isinstance(value, list):
-        return [_expand_env(v, file, f"{key}[{i}]", problems) for i, v in enumerate(value)]
+        return [expand_env(v, file, f"{key}[{i}]", problems) for i, v in enumerate(value)]
     if isinstance(value, dict):
-        return {k: _expand_env(v, file, f"{key}.{k}", problems) for k, v in value.items()}
+        return {k: expand_env(v, file, f"{key}.{k}", problems) for k, v in value.items()}
     return value
 
 

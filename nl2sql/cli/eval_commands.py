@@ -1,0 +1,119 @@
+"""`nl2sql eval run|regenerate|publish`: suites in three modes, gated against committed records."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markdown import Markdown
+
+from nl2sql.cli.data_commands import console
+from nl2sql.cli.main import app, err_console
+
+eval_app = typer.Typer(help="Evaluation: run suites, gate against a baseline, keep records.", no_args_is_help=True)
+app.add_typer(eval_app, name="eval")
+
+
+@eval_app.command("run")
+def eval_run_command(
+    ctx: typer.Context,
+    mode: Annotated[str, typer.Option("--mode", help="plans, retrieval or full.")] = "plans",
+    suite: Annotated[Path, typer.Option("--suite", help="The suite file.")] = Path("suites/chinook.yaml"),
+    config: Annotated[Path | None, typer.Option("--config", help="nl2sql.yaml (default: -c, $NL2SQL_CONFIG, "
+                                                "./nl2sql.yaml).")] = None,
+    role: Annotated[list[str] | None, typer.Option("--role", help="Only these roles (repeat).")] = None,
+    llm: Annotated[list[str] | None, typer.Option("--llm", help="Mode full: NAME=PRESET or NAME=FILE (repeat).")]
+    = None,
+    passes: Annotated[int, typer.Option("--passes", min=1, help="Runs of each case (mode full).")] = 1,
+    max_cost: Annotated[float | None, typer.Option("--max-cost", help="Mode full: the dollar cap (required).")]
+    = None,
+    baseline: Annotated[Path | None, typer.Option("--baseline", help="A report, a record, or a folder of records "
+                                                  "(the newest comparable one is used).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Write the report as JSON.")] = None,
+) -> None:
+    """Run a suite; exit 0 ok, 1 a regression (or, in mode plans, a failing run), 2 usage or series break, 3 the
+    dollar cap stopped the run."""
+    from nl2sql.config import config_path, load_config
+    from nl2sql.runtime import prepare_prefect_env
+
+    if mode not in ("plans", "retrieval", "full"):
+        raise typer.BadParameter("use plans, retrieval or full", param_hint="--mode")
+    path = Path(config_path(config or ctx.obj.config_option))
+    cfg = load_config(path)
+    prepare_prefect_env(cfg.state_dir)
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    from nl2sql.flows.evals import eval_run
+
+    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        report = eval_run(mode, str(suite.resolve()), config=str(path), roles=role, llm=llm, passes=passes,
+                          max_cost_usd=max_cost)
+    if out:
+        out.write_text(json.dumps(report, indent=2) + "\n")
+    from nl2sql.evaluation.report import EvalReport
+
+    console.print(Markdown(EvalReport.model_validate(report).markdown()))
+    console.print_json(json.dumps(report["metrics"]))
+    code = 0
+    if report.get("stopped"):
+        err_console.print(f"[yellow]stopped[/]: {report['stopped']}")
+        code = 3
+    elif mode == "plans" and any(b["failures"] for b in report["boards"].values()):
+        err_console.print("[red]mode plans: every case must pass for every role[/]")
+        code = 1
+    if baseline is not None and code != 3:
+        code = max(code, _gate(report, baseline, cfg))
+    raise typer.Exit(code)
+
+
+def _gate(report: dict, baseline: Path, config: object) -> int:
+    from nl2sql.evaluation.gate import EXIT_USAGE, run_gate
+    from nl2sql.evaluation.records import newest_comparable, record_verdicts
+
+    if baseline.is_dir():
+        found = newest_comparable(baseline, report)
+        if found is None:
+            err_console.print(f"[red]no comparable record[/] under {baseline} (same mode, suite digest and schema "
+                              "fingerprint): a series break. Record this run with `nl2sql eval publish REPORT`.")
+            return EXIT_USAGE
+        where, base = found
+    else:
+        where, base = baseline, json.loads(baseline.read_text())
+        base = record_verdicts(base) if "verdicts" in base else base
+    gate = config.evals.gate  # type: ignore[attr-defined]
+    result = run_gate(report, base, max_regressions=gate.max_regressions, alpha=gate.alpha)
+    style = "green" if result.ok else "red"
+    console.print(f"[{style}]gate[/] against {where}: {result.reason}")
+    for name, g in result.configs.items():
+        console.print(f"  {name}: lost {len(g.lost)}, gained {len(g.gained)}, p = {g.p_value:.4f}; accuracy "
+                      f"{g.baseline_accuracy} → {g.accuracy}")
+    return result.exit_code
+
+
+@eval_app.command("regenerate")
+def eval_regenerate_command(ctx: typer.Context, suite: Annotated[Path, typer.Argument(help="The suite file.")]) -> None:
+    """Run every case's sql and alt_sql and write their rows into the suite (never type rows by hand)."""
+    from nl2sql.evaluation.regenerate import regenerate
+
+    result = regenerate(suite, ctx.obj.config())
+    console.print(f"Wrote the rows of {len(result.cases)} cases into {suite}.")
+
+
+@eval_app.command("publish")
+def eval_publish_command(
+    reports: Annotated[list[Path] | None, typer.Argument(help="Reports (`eval run --out`) to record first.")] = None,
+    root: Annotated[Path, typer.Option("--root", help="The records folder.")] = Path("benchmarks"),
+    note: Annotated[str | None, typer.Option("--note", help="What changed, kept in the records.")] = None,
+) -> None:
+    """Write records for the reports, then rebuild docs/benchmarks.md and the README's results from every record."""
+    from nl2sql.evaluation.records import publish, write_records
+
+    for report in reports or []:
+        for path in write_records(json.loads(report.read_text()), root, note=note):
+            console.print(f"recorded {path}")
+    publish(root, Path("docs/benchmarks.md"), Path("README.md"))
+    console.print("Rebuilt docs/benchmarks.md and the README's results.")

@@ -1,0 +1,113 @@
+"""The regression gate: a run against a baseline, case by case.
+
+Only comparable runs are compared (same mode, suite digest and schema fingerprint; anything else is a
+series break). A case passes on execution accuracy when every pass of it passed. Modes plans and
+retrieval allow no flip from pass to fail; mode full allows `gate.max_regressions`, and fails when it
+lost more cases than it gained with McNemar's exact two-sided p below `gate.alpha`.
+
+Exit codes: 0 ok, 1 regression, 2 usage or series break, 3 the run stopped at its dollar cap.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from nl2sql.evaluation.stats import mcnemar_exact
+
+EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_COST_CAP = 0, 1, 2, 3
+
+
+class ConfigGate(BaseModel):
+    """One config's comparison."""
+
+    lost: list[str] = Field(default_factory=list)
+    gained: list[str] = Field(default_factory=list)
+    p_value: float = 1.0
+    accuracy: float | None = None
+    baseline_accuracy: float | None = None
+    regressed: bool = False
+    why: str | None = None
+
+
+class GateResult(BaseModel):
+    """The gate's verdict."""
+
+    exit_code: int
+    reason: str
+    configs: dict[str, ConfigGate] = Field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the run may land."""
+        return self.exit_code == EXIT_OK
+
+
+def verdicts(run: Mapping[str, Any], config: str) -> dict[str, bool]:
+    """`case_id/role` → passed (in every pass), from a report's board or a record's verdicts."""
+    if "boards" in run:
+        rows = [{"case_id": r["case_id"], "role": r["role"], "passed": _passed(r)}
+                for r in run["boards"][config]["records"]]
+    else:
+        rows = run["verdicts"]
+    out: dict[str, bool] = defaultdict(lambda: True)
+    for row in rows:
+        key = f"{row['case_id']}/{row['role']}"
+        out[key] = out[key] and bool(row["passed"])
+    return dict(out)
+
+
+def _passed(record: Mapping[str, Any]) -> bool:
+    scores = [s["passed"] for name, s in record["scores"].items() if name != "faithfulness" and s["passed"] is not None]
+    return bool(scores) and all(scores)
+
+
+def identity(run: Mapping[str, Any]) -> tuple[str, str, str | None]:
+    """What makes two runs comparable: mode, suite digest, schema fingerprint."""
+    dataset = run.get("suite") or run.get("dataset") or {}
+    return run.get("mode") or run.get("kind"), dataset.get("digest"), (run.get("database") or {}).get(
+        "schema_fingerprint")
+
+
+def configs_of(run: Mapping[str, Any]) -> list[str]:
+    """The model configs a report or record holds."""
+    return list(run["boards"]) if "boards" in run else [run["config"]["name"]]
+
+
+def run_gate(report: Mapping[str, Any], baseline: Mapping[str, Any], *, max_regressions: int = 0,
+             alpha: float = 0.05) -> GateResult:
+    """Compare a report with a baseline (a report or a record)."""
+    if report.get("stopped"):
+        return GateResult(exit_code=EXIT_COST_CAP, reason=f"the run stopped early ({report['stopped']})")
+    mine, theirs = identity(report), identity(baseline)
+    if mine != theirs:
+        names = ("mode", "suite digest", "schema fingerprint")
+        differs = [f"{n}: {a} vs {b}" for n, a, b in zip(names, mine, theirs, strict=True) if a != b]
+        return GateResult(exit_code=EXIT_USAGE, reason="not comparable (a series break): " + "; ".join(differs))
+    allowed = max_regressions if mine[0] == "full" else 0
+    result = GateResult(exit_code=EXIT_OK, reason="no regression")
+    shared = [c for c in configs_of(report) if c in configs_of(baseline)]
+    if not shared:
+        return GateResult(exit_code=EXIT_USAGE, reason="the baseline has none of the run's configs")
+    for config in shared:
+        now, before = verdicts(report, config), verdicts(baseline, config)
+        keys = sorted(set(now) & set(before))
+        gate = ConfigGate(lost=[k for k in keys if before[k] and not now[k]],
+                          gained=[k for k in keys if now[k] and not before[k]],
+                          accuracy=round(sum(now[k] for k in keys) / len(keys), 4) if keys else None,
+                          baseline_accuracy=round(sum(before[k] for k in keys) / len(keys), 4) if keys else None)
+        gate.p_value = mcnemar_exact(len(gate.lost), len(gate.gained))
+        if len(gate.lost) > allowed:
+            gate.regressed, gate.why = True, f"{len(gate.lost)} case(s) went from pass to fail (allowed: {allowed})"
+        elif mine[0] == "full" and len(gate.lost) > len(gate.gained) and gate.p_value < alpha:
+            gate.regressed, gate.why = True, (f"lost {len(gate.lost)}, gained {len(gate.gained)}, McNemar p = "
+                                              f"{gate.p_value:.4f} < {alpha}")
+        result.configs[config] = gate
+    regressed = {c: g for c, g in result.configs.items() if g.regressed}
+    if regressed:
+        result.exit_code = EXIT_REGRESSION
+        result.reason = "; ".join(f"{c}: {g.why} ({', '.join(g.lost)})" for c, g in regressed.items())
+    return result

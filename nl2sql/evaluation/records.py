@@ -1,0 +1,168 @@
+"""Result records under benchmarks/ (never edited: a run writes a new file) and the published pages.
+
+`benchmarks/<mode>/<database>/<YYYY-MM-DD>_<sha7>_<config>.json` holds the record format, the run's
+mode, the engine's version and commit (and whether its tracked files had changes), the suite's name
+and digest, the database's identity, the config, the headline metrics and slim per-case verdicts.
+`publish` rebuilds docs/benchmarks.md and the README's results block from every record, reading no
+clock, so the same records always give the same bytes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+RECORD_SCHEMA = 1
+README_START, README_END = "<!-- benchmarks:start -->", "<!-- benchmarks:end -->"
+
+
+def engine_version() -> str:
+    """The installed nl2sql-engine version."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("nl2sql-engine")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def git_state() -> tuple[str, bool | None]:
+    """(commit, dirty) of the repository the engine is installed from; ("unknown", None) without one."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                check=True, timeout=10).stdout.strip()
+        dirty = bool(subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                                    capture_output=True, text=True, check=True, timeout=10).stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        return "unknown", None
+    return commit, dirty
+
+
+def build_record(report: Mapping[str, Any], config: str, *, note: str | None = None,
+                 now: dt.datetime | None = None) -> dict[str, Any]:
+    """The record of one config of a report."""
+    from nl2sql.evaluation.gate import verdicts
+    from nl2sql.evaluation.report import METRIC_KEYS, Board, headline
+
+    commit, dirty = git_state()
+    board = report["boards"][config]
+    return {
+        "schema": RECORD_SCHEMA, "kind": report["mode"],
+        "recorded_at": (now or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "engine_version": engine_version(), "git_commit": commit, "git_dirty": dirty, "note": note,
+        "dataset": {"name": report["suite"]["name"], "digest": report["suite"]["digest"]},
+        "database": report["database"], "config": {"name": config, "models": report["settings"].get(
+            "models", {}).get(config, {})},
+        "metrics": {k: headline(Board.model_validate(board)).get(k) for k in METRIC_KEYS},
+        "verdicts": [{"case": key, "passed": passed} for key, passed in sorted(verdicts(report, config).items())],
+    }
+
+
+def record_path(root: Path, record: Mapping[str, Any]) -> Path:
+    """Where a record goes: a new file, `-2`, `-3`… when the name is taken."""
+    folder = root / record["kind"] / record["database"]["datasource_id"]
+    stem = f"{record['recorded_at'][:10]}_{record['git_commit'][:7]}_{record['config']['name']}"
+    path, n = folder / f"{stem}.json", 1
+    while path.exists():
+        n += 1
+        path = folder / f"{stem}-{n}.json"
+    return path
+
+
+def write_records(report: Mapping[str, Any], root: Path, *, note: str | None = None) -> list[Path]:
+    """Write one record per config of a report; returns the paths."""
+    paths = []
+    for config in report["boards"]:
+        record = build_record(report, config, note=note)
+        path = record_path(root, record)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=2, sort_keys=False) + "\n")
+        paths.append(path)
+    return paths
+
+
+def read_records(root: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """Every record under root, in path order."""
+    return [(p, json.loads(p.read_text())) for p in sorted(root.glob("*/*/*.json"))]
+
+
+def _order(path: Path, record: Mapping[str, Any]) -> tuple[str, int]:
+    """Records in the order they were written: by time, then by their `-N` suffix."""
+    stem = path.stem
+    tail = stem.rsplit("-", 1)[1] if "-" in stem.rsplit("_", 1)[-1] else "1"
+    return record["recorded_at"], int(tail) if tail.isdigit() else 1
+
+
+def record_verdicts(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A record in the shape the gate reads."""
+    return {**record, "mode": record["kind"], "verdicts": [
+        {"case_id": v["case"].rsplit("/", 1)[0], "role": v["case"].rsplit("/", 1)[1], "passed": v["passed"]}
+        for v in record["verdicts"]]}
+
+
+def newest_comparable(root: Path, report: Mapping[str, Any]) -> tuple[Path, dict[str, Any]] | None:
+    """The newest record comparable with the report (same mode, suite digest, schema fingerprint)."""
+    from nl2sql.evaluation.gate import identity
+
+    wanted = identity(report)
+    found = [(p, r) for p, r in read_records(root) if identity(record_verdicts(r)) == wanted]
+    found.sort(key=lambda pr: _order(*pr))
+    return (found[-1][0], record_verdicts(found[-1][1])) if found else None
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f}%"
+
+
+def benchmarks_page(root: Path) -> str:
+    """docs/benchmarks.md from every record (deterministic)."""
+    lines = ["# Benchmarks", "", "Generated by `nl2sql eval publish` from the records under `benchmarks/`; do not "
+             "edit by hand.", ""]
+    by_kind: dict[str, list[tuple[Path, dict]]] = {}
+    for path, record in read_records(root):
+        by_kind.setdefault(record["kind"], []).append((path, record))
+    for kind in sorted(by_kind):
+        lines += [f"## Mode {kind}", "", "| recorded | database | config | commit | cases | runs | strict | lenient "
+                  "| table recall | column recall | columns sent | routing top-1 |", "|" + "---|" * 12]
+        for _path, r in sorted(by_kind[kind], key=lambda pr: _order(*pr)):
+            m = r["metrics"]
+            lines.append(f"| {r['recorded_at'][:10]} | {r['database']['datasource_id']} | {r['config']['name']} | "
+                         f"{r['git_commit'][:7]}{'+' if r.get('git_dirty') else ''} | {m['cases']} | {m['runs']} | "
+                         f"{_pct(m['execution_accuracy'])} | {_pct(m['lenient_accuracy'])} | "
+                         f"{_pct(m['table_recall'])} | {_pct(m['column_recall'])} | "
+                         f"{m['columns_sent'] if m['columns_sent'] is not None else '–'} | {_pct(m['routing_top1'])} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def readme_block(root: Path) -> str:
+    """The README's results: the newest record of each mode and database."""
+    newest: dict[tuple[str, str], dict] = {}
+    for _path, r in sorted(read_records(root), key=lambda pr: _order(*pr)):
+        newest[(r["kind"], r["database"]["datasource_id"])] = r
+    lines = [README_START, "| mode | database | strict | lenient | table recall | column recall | routing top-1 | "
+             "recorded |", "|---|---|---|---|---|---|---|---|"]
+    for (kind, database), r in sorted(newest.items()):
+        m = r["metrics"]
+        lines.append(f"| {kind} | {database} | {_pct(m['execution_accuracy'])} | {_pct(m['lenient_accuracy'])} | "
+                     f"{_pct(m['table_recall'])} | {_pct(m['column_recall'])} | {_pct(m['routing_top1'])} | "
+                     f"{r['recorded_at'][:10]} |")
+    lines.append(README_END)
+    return "\n".join(lines)
+
+
+def publish(root: Path, docs_page: Path, readme: Path) -> None:
+    """Rewrite docs/benchmarks.md and the README's results block from the records."""
+    docs_page.write_text(benchmarks_page(root) + "\n")
+    text = readme.read_text()
+    if README_START in text and README_END in text:
+        head, rest = text.split(README_START, 1)
+        tail = rest.split(README_END, 1)[1]
+        readme.write_text(head + readme_block(root) + tail)
+    else:
+        readme.write_text(text.rstrip("\n") + "\n\n## Results\n\n" + readme_block(root) + "\n")

@@ -1,0 +1,61 @@
+"""The eval flow: one task run per case and role (the inline executor inside it, never a task per step), the
+report as Prefect artifacts (a markdown board and a table of failures)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from prefect import flow
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.runtime import flow_run
+
+from nl2sql.blocks import load_datasource_url
+from nl2sql.config import config_path, load_config
+from nl2sql.evaluation.run import CaseRecord, EvalJob, EvalSession, evaluate, load_llm
+from nl2sql.tasks import step_task
+
+
+def _run_case(label: str, session: Any, job: EvalJob) -> CaseRecord:
+    """One case for one role (and model config, and pass), scored."""
+    return session.run(job)
+
+
+run_case = step_task(_run_case, name="case", task_run_name="{label}")
+
+
+def run_as_tasks(session: EvalSession, jobs: Sequence[EvalJob]) -> list[CaseRecord]:
+    """Each job a task run, in order, stopping before one that could pass the dollar cap."""
+    from prefect.utilities.annotations import quote
+
+    records = []
+    for job in jobs:
+        if session.over_budget():
+            session.stopped = f"max_cost: ${session.spent_usd:.4f} spent of ${session.max_cost_usd}"
+            break
+        label = f"{job.case.id} · {job.role}" + (f" · {job.config_name}" if job.config_name != "default" else "") + (
+            f" · pass {job.pass_index + 1}" if job.pass_index else "")
+        records.append(run_case(label, quote(session), quote(job)))
+    return records
+
+
+def _run_name() -> str:
+    params = flow_run.get_parameters()
+    return f"eval {params.get('mode')} {str(params.get('suite', '')).rsplit('/', 1)[-1]}"
+
+
+@flow(name="eval-run", flow_run_name=_run_name, log_prints=False)
+def eval_run(mode: str, suite: str, config: str | None = None, roles: list[str] | None = None,
+             llm: list[str] | None = None, passes: int = 1, max_cost_usd: float | None = None,
+             ids: list[str] | None = None, tags: list[str] | None = None) -> dict[str, Any]:
+    """Run an eval suite in a mode (plans, retrieval, full) and report it."""
+    cfg = load_config(config_path(config))
+    configs = dict(load_llm(spec) for spec in llm) if llm else None
+    report = evaluate(mode, cfg, suite, roles=roles, llm=configs, passes=passes,  # type: ignore[arg-type]
+                      max_cost_usd=max_cost_usd, ids=ids, tags=tags, run_jobs=run_as_tasks,
+                      block_loader=load_datasource_url)
+    create_markdown_artifact(report.markdown(), key=f"eval-{mode}", description="The eval's boards")
+    failures = [{"config": b.config, **f} for b in report.boards.values() for f in b.failures]
+    if failures:
+        create_table_artifact(failures, key=f"eval-{mode}-failures", description="Runs that did not pass")
+    return report.model_dump(mode="json")
