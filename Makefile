@@ -6,7 +6,10 @@ DEMO ?= demo
 NL2SQL := $(BIN)/nl2sql -c $(DEMO)/nl2sql.yaml
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-slow test-fast lint clean
+EVAL_DEMO ?= .nl2sql/eval-demo
+EVAL := $(BIN)/nl2sql -c $(EVAL_DEMO)/nl2sql.yaml eval run --baseline benchmarks
+
+.PHONY: install demo test test-slow test-fast lint evals clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,6 +46,14 @@ test-fast: install
 
 lint: install
 	$(BIN)/ruff check .
+
+# The key-free evals on a fresh demo, each gated against the committed records under benchmarks/.
+evals: install
+	$(BIN)/nl2sql init --demo $(EVAL_DEMO) --force
+	$(BIN)/nl2sql -c $(EVAL_DEMO)/nl2sql.yaml index build
+	$(EVAL) --mode plans --suite suites/chinook.yaml
+	$(EVAL) --mode retrieval --suite suites/chinook.yaml
+	$(EVAL) --mode retrieval --suite suites/routing.yaml
 
 clean:
 	rm -rf $(VENV) $(DEMO) .nl2sql .pytest_cache .ruff_cache

@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 
 from nl2sql.cli.data_commands import JsonOption, RoleOption, console
-from nl2sql.cli.main import app, err_console
+from nl2sql.cli.main import app, drain_prefect, err_console
 
 if TYPE_CHECKING:
     from nl2sql.events import Event
@@ -105,6 +105,7 @@ def ask_command(
     try:
         result = ask_here(question, role=role, user_id=user, datasource_id=datasource, execute=not no_execute,
                           config=str(config.path))
+        drain_prefect()
     finally:
         if display in ASK_LISTENERS:
             ASK_LISTENERS.remove(display)

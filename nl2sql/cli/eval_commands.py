@@ -11,7 +11,7 @@ import typer
 from rich.markdown import Markdown
 
 from nl2sql.cli.data_commands import console
-from nl2sql.cli.main import app, err_console
+from nl2sql.cli.main import app, drain_prefect, err_console
 
 eval_app = typer.Typer(help="Evaluation: run suites, gate against a baseline, keep records.", no_args_is_help=True)
 app.add_typer(eval_app, name="eval")
@@ -52,6 +52,7 @@ def eval_run_command(
     with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
         report = eval_run(mode, str(suite.resolve()), config=str(path), roles=role, llm=llm, passes=passes,
                           max_cost_usd=max_cost)
+        drain_prefect()
     if out:
         out.write_text(json.dumps(report, indent=2) + "\n")
     from nl2sql.evaluation.report import EvalReport

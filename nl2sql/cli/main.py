@@ -67,6 +67,15 @@ def block_loader(name: str) -> str:
     return load_datasource_url(name)
 
 
+def drain_prefect() -> None:
+    """Deliver the events and logs still queued before the process (and an embedded server) stops."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    APILogWorker.drain_all()
+    EventsWorker.drain_all()
+
+
 def register_commands() -> None:
     """Attach the command modules (kept in their own files, one concern each)."""
     from nl2sql.cli import (  # noqa: F401  (register on import)
