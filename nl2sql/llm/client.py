@@ -9,6 +9,7 @@ llm.parse_retry; this package knows nothing of Prefect or the bus).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from functools import cache
 from importlib.metadata import entry_points
@@ -202,7 +203,7 @@ class LLMClient:
     def cost_usd(self) -> float | None:
         """Dollars spent on calls with a known cost (None when no call had one)."""
         known = [r.cost_usd for r in self.records if r.cost_usd is not None]
-        return sum(known) if known else None
+        return math.fsum(known) if known else None  # exact: the same total whatever order parallel calls ended in
 
     def summary(self) -> dict[str, Any]:
         """Calls, usage and cost as a plain record."""
