@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -11,7 +10,7 @@ import typer
 from rich.markdown import Markdown
 
 from nl2sql.cli.data_commands import console
-from nl2sql.cli.main import app, drain_prefect, err_console
+from nl2sql.cli.main import app, drain_prefect, err_console, quiet_prefect
 
 eval_app = typer.Typer(help="Evaluation: run suites, gate against a baseline, keep records.", no_args_is_help=True)
 app.add_typer(eval_app, name="eval")
@@ -44,7 +43,7 @@ def eval_run_command(
     path = Path(config_path(config or ctx.obj.config_option))
     cfg = load_config(path)
     prepare_prefect_env(cfg.state_dir)
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    quiet_prefect()
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
     from nl2sql.flows.evals import eval_run

@@ -45,8 +45,15 @@ class State:
 
         config = load_config(config_path(self.config_option))
         prepare_prefect_env(config.state_dir)
-        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # the CLI shows its own progress
+        quiet_prefect()
         return config
+
+
+def quiet_prefect() -> None:
+    """The CLI shows its own progress: Prefect's client logs warnings only, and an embedded server (started by
+    this process, its logs on this terminal) only what is critical — its shutdown races are noise here."""
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")
 
 
 @app.callback()
