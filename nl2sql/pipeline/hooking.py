@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from nl2sql.datasources.guard import guard_sql, tables_read
 from nl2sql.hooks import ApprovalRequest, Deny, NeedsApproval
 from nl2sql.pipeline.result import RunError, RunWarning
 from nl2sql.pipeline.runtime import RunContext
@@ -17,15 +16,9 @@ from nl2sql.pipeline.state import RunState, SubQuery
 from nl2sql.policies import reachable_datasources
 
 
-def tables_of(ctx: RunContext, sq: SubQuery) -> list[str]:
-    """The tables a sub-query's SQL reads, as `datasource.table`."""
-    if sq.tables:
-        return [f"{sq.datasource_id}.{t}" for t in sq.tables]
-    if sq.sql is None:
-        return []
-    dialect = ctx.runtime.catalog.get(sq.datasource_id).name
-    return [f"{sq.datasource_id}.{'.'.join(p for p in (r.schema, r.name) if p)}"
-            for r in tables_read(guard_sql(sq.sql, dialect))]
+def tables_of(sq: SubQuery) -> list[str]:
+    """The tables a sub-query's SQL reads, as `datasource.table` (the validator's, or the verified SQL's)."""
+    return [f"{sq.datasource_id}.{t}" for t in sq.tables]
 
 
 def _fields(ctx: RunContext, state: RunState, point: str, sq: SubQuery | None) -> dict[str, Any]:
@@ -37,7 +30,7 @@ def _fields(ctx: RunContext, state: RunState, point: str, sq: SubQuery | None) -
         fields.update(datasource_id=sq.datasource_id, sub_query_id=sq.id, sub_query=sq.question, plan=sq.plan)
         if point in ("execute.before", "execute.after"):
             adapter = ctx.runtime.catalog.get(sq.datasource_id)
-            fields.update(sql=sq.sql, tables=tables_of(ctx, sq))
+            fields.update(sql=sq.sql, tables=tables_of(sq))
             if sq.sql:
                 sql = sq.sql
                 fields["estimate_rows"] = lambda: adapter.estimate_rows(sql)

@@ -13,6 +13,7 @@ from typing import Any
 
 from nl2sql.aggregate import JOIN_KEY_UNCONVERTED, CombineSpec, Frame, JoinKeyPair, combine
 from nl2sql.datasources.checked import run_checked_sql
+from nl2sql.datasources.guard import guard_sql, tables_read
 from nl2sql.errors import IndexNotBuilt, QuestionNotAnswerable, QuestionTooBroad, SecurityViolation
 from nl2sql.pipeline import prompts
 from nl2sql.pipeline.result import RunWarning
@@ -46,9 +47,12 @@ def match_curated(ctx: RunContext, state: RunState) -> None:
         dialect_of=lambda ds: runtime.catalog.get(ds).name, min_similarity=ctx.config.settings.curated.min_similarity)
     if match is None:
         return
+    dialect = runtime.catalog.get(match.datasource_id).name
+    read = tables_read(guard_sql(match.sql, dialect))
     state.datasource_ids = [match.datasource_id]
     state.sub_queries = [SubQuery(id="sq1", datasource_id=match.datasource_id, question=state.question,
-                                  verified=match, sql=match.sql, plan_source="verified")]
+                                  verified=match, sql=match.sql, plan_source="verified",
+                                  tables=[".".join(p for p in (r.schema, r.name) if p) for r in read])]
 
 
 def resolve_datasources(ctx: RunContext, state: RunState) -> None:
