@@ -135,7 +135,7 @@ def sql_command(
         result = run_checked_sql(catalog.get(datasource), statement, caller,
                                  row_limit=limit or limits.row_limit, timeout_s=limits.statement_timeout_s)
     if as_json:
-        frame = result.frame.astype(object).where(result.frame.notna(), None)
+        frame = result.plain_frame()
         payload = {"columns": [c.model_dump() for c in result.columns],
                    "rows": frame.to_dict(orient="records"), "truncated": result.truncated}
         typer.echo(json.dumps(payload, default=str, indent=2))
@@ -145,7 +145,7 @@ def sql_command(
 
 def print_rows(result: ExecutionResult) -> None:
     """Rows as a table, then the count (and whether the row limit cut them)."""
-    frame = result.frame.astype(object).where(result.frame.notna(), None)
+    frame = result.plain_frame()
     table = Table(*[c.name for c in result.columns])
     for row in frame.itertuples(index=False):
         table.add_row(*["" if v is None else str(v) for v in row])

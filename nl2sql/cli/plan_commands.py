@@ -67,7 +67,7 @@ def plan_run(
         result = run_checked_sql(adapter, sql, scope(config.policies, role, datasource),
                                  row_limit=limit or limits.row_limit, timeout_s=limits.statement_timeout_s)
     if as_json:
-        frame = result.frame.astype(object).where(result.frame.notna(), None)
+        frame = result.plain_frame()
         typer.echo(json.dumps({"sql": sql, "rows": frame.to_dict(orient="records"), "truncated": result.truncated},
                               default=str, indent=2))
         return

@@ -105,3 +105,7 @@ class ExecutionResult:
     def row_count(self) -> int:
         """Rows returned (after the row limit)."""
         return len(self.frame)
+
+    def plain_frame(self) -> pd.DataFrame:
+        """The rows as Python objects, NULL as None (for JSON, tables and comparisons)."""
+        return self.frame.astype(object).where(self.frame.notna(), None)

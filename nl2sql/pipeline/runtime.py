@@ -68,11 +68,6 @@ class Runtime:
         self._values: dict[tuple[str, str, str], list[str]] = {}
         self._lock = threading.Lock()
 
-    @classmethod
-    def from_config(cls, config: Config, **kwargs: object) -> Runtime:
-        """A runtime for a loaded configuration."""
-        return cls(config, **kwargs)  # type: ignore[arg-type]
-
     def open_scope(self, trace_id: str | None = None) -> RunScope:
         """A new run's scope, with the observers (and the forwarder) subscribed to its bus."""
         trace_id = trace_id or str(uuid.uuid4())

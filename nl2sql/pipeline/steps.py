@@ -11,7 +11,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from nl2sql.aggregate import JOIN_KEY_UNCONVERTED, CombineSpec, Frame, JoinKeyPair, combine
+from nl2sql.aggregate import CombineSpec, Frame, JoinKeyPair, combine
 from nl2sql.datasources.checked import run_checked_sql
 from nl2sql.datasources.guard import guard_sql, tables_read
 from nl2sql.errors import IndexNotBuilt, QuestionNotAnswerable, QuestionTooBroad, SecurityViolation
@@ -213,8 +213,9 @@ def execute(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
                                          message=f"Only the first {result.row_count} rows were read "
                                          "(settings.pipeline.row_limit).", detail={"rows": result.row_count}))
     if sq.plan is not None and sq.plan_source == "planner" and ctx.config.settings.pipeline.plan_cache:
-        ctx.runtime.store.cache_plan(plan_cache_key(ctx, state, sq, _fingerprint(ctx, sq.datasource_id)),
-                                     sq.datasource_id, _fingerprint(ctx, sq.datasource_id), sq.plan.model_dump_json())
+        fingerprint = _fingerprint(ctx, sq.datasource_id)
+        ctx.runtime.store.cache_plan(plan_cache_key(ctx, state, sq, fingerprint), sq.datasource_id, fingerprint,
+                                     sq.plan.model_dump_json())
 
 
 def refine(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
@@ -261,7 +262,7 @@ def result_rows(sq: SubQuery) -> tuple[list[str], list[list[Any]]]:
     """A sub-query's columns and rows as plain Python values (NULL as None)."""
     if sq.result is None:
         return [], []
-    frame = sq.result.frame.astype(object).where(sq.result.frame.notna(), None)
+    frame = sq.result.plain_frame()
     return list(map(str, frame.columns)), frame.values.tolist()
 
 
@@ -280,7 +281,6 @@ def aggregate(ctx: RunContext, state: RunState) -> None:
                                          sub_query_id=w.detail.get("sub_query_id")))
     ctx.scope.publish("result.manifest", columns=state.combined.columns, total_rows=state.combined.total_rows,
                       truncated=state.combined.truncated)
-    assert JOIN_KEY_UNCONVERTED  # the aggregator's warning code, named here for readers following the path
 
 
 def shown_result(ctx: RunContext, state: RunState) -> tuple[list[str], list[list[Any]], int]:
