@@ -240,10 +240,11 @@ def _problems_from_validation(
             fix = f"did you mean '{guess}'?" if guess else f"use one of: {expected}"
             yield ConfigProblem(file, where, f"'{given}' is not allowed here", fix)
         else:
-            yield ConfigProblem(file, where, error["msg"].rstrip("."), _fix_for(kind))
+            yield ConfigProblem(file, where, error["msg"].rstrip("."), fix_for(kind))
 
 
-def _fix_for(kind: str) -> str:
+def fix_for(kind: str) -> str:
+    """What to do about a pydantic error of this kind, in the configuration's words."""
     fixes = {
         "too_short": "add at least one entry",
         "list_type": "write a YAML list (- item)",

@@ -305,24 +305,30 @@ def database_identity(config: Config, cases: Sequence[EvalCase]) -> dict[str, An
             "tables": tables, "columns": columns}
 
 
-JobRunner = Callable[["EvalSession", Sequence[EvalJob]], list[CaseRecord]]
+#: How one job runs: in place, or as a Prefect task run (flows/evals.py).
+JobRunner = Callable[["EvalSession", EvalJob], CaseRecord]
 
 
-def run_in_order(session: EvalSession, jobs: Sequence[EvalJob]) -> list[CaseRecord]:
+def run_here(session: EvalSession, job: EvalJob) -> CaseRecord:
+    """Run one job in this thread."""
+    return session.run(job)
+
+
+def run_in_order(session: EvalSession, jobs: Sequence[EvalJob], run_job: JobRunner = run_here) -> list[CaseRecord]:
     """Run the jobs one after another, stopping before one that could pass the dollar cap."""
     records = []
     for job in jobs:
         if session.over_budget():
             session.stopped = f"max_cost: ${session.spent_usd:.4f} spent of ${session.max_cost_usd}"
             break
-        records.append(session.run(job))
+        records.append(run_job(session, job))
     return records
 
 
 def evaluate(mode: Mode, config: Config, suite_path: str, *, roles: Sequence[str] | None = None,
              llm: dict[str, LLMConfig] | None = None, passes: int = 1, max_cost_usd: float | None = None,
              ids: Sequence[str] | None = None, tags: Sequence[str] | None = None,
-             run_jobs: JobRunner = run_in_order, block_loader: Callable[[str], str] | None = None) -> Any:
+             run_job: JobRunner = run_here, block_loader: Callable[[str], str] | None = None) -> Any:
     """Run a suite in a mode and report it (an EvalReport)."""
     from nl2sql.evaluation.report import build_report
     from nl2sql.evaluation.suite import load_suite, suite_digest
@@ -334,7 +340,7 @@ def evaluate(mode: Mode, config: Config, suite_path: str, *, roles: Sequence[str
     try:
         configs = list(session.runtimes)
         jobs = eval_jobs(cases, mode, roles=roles, configs=configs, passes=passes)
-        records = run_jobs(session, jobs)
+        records = run_in_order(session, jobs, run_job)
     finally:
         session.close()
     planned = {name: sum(1 for j in jobs if j.config_name == name) for name in configs}

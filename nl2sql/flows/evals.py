@@ -3,7 +3,6 @@ report as Prefect artifacts (a markdown board and a table of failures)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from prefect import flow
@@ -24,19 +23,13 @@ def _run_case(label: str, session: Any, job: EvalJob) -> CaseRecord:
 run_case = step_task(_run_case, name="case", task_run_name="{label}")
 
 
-def run_as_tasks(session: EvalSession, jobs: Sequence[EvalJob]) -> list[CaseRecord]:
-    """Each job a task run, in order, stopping before one that could pass the dollar cap."""
+def run_as_task(session: EvalSession, job: EvalJob) -> CaseRecord:
+    """One job as a task run, named after its case, role, config and pass."""
     from prefect.utilities.annotations import quote
 
-    records = []
-    for job in jobs:
-        if session.over_budget():
-            session.stopped = f"max_cost: ${session.spent_usd:.4f} spent of ${session.max_cost_usd}"
-            break
-        label = f"{job.case.id} · {job.role}" + (f" · {job.config_name}" if job.config_name != "default" else "") + (
-            f" · pass {job.pass_index + 1}" if job.pass_index else "")
-        records.append(run_case(label, quote(session), quote(job)))
-    return records
+    label = f"{job.case.id} · {job.role}" + (f" · {job.config_name}" if job.config_name != "default" else "") + (
+        f" · pass {job.pass_index + 1}" if job.pass_index else "")
+    return run_case(label, quote(session), quote(job))
 
 
 def _run_name() -> str:
@@ -52,7 +45,7 @@ def eval_run(mode: str, suite: str, config: str | None = None, roles: list[str] 
     cfg = load_config(config_path(config))
     configs = dict(load_llm(spec) for spec in llm) if llm else None
     report = evaluate(mode, cfg, suite, roles=roles, llm=configs, passes=passes,  # type: ignore[arg-type]
-                      max_cost_usd=max_cost_usd, ids=ids, tags=tags, run_jobs=run_as_tasks,
+                      max_cost_usd=max_cost_usd, ids=ids, tags=tags, run_job=run_as_task,
                       block_loader=load_datasource_url)
     create_markdown_artifact(report.markdown(), key=f"eval-{mode}", description="The eval's boards")
     failures = [{"config": b.config, **f} for b in report.boards.values() for f in b.failures]

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
-from nl2sql.config.load import key_path
+from nl2sql.config.load import fix_for, key_path
 from nl2sql.errors import ConfigError, ConfigProblem, UnknownNameError, did_you_mean
 from nl2sql.events.catalog import Event
 from nl2sql.observers.audit import AuditObserver
@@ -85,20 +85,6 @@ def observer_class(name: str) -> type:
 # --- building ----------------------------------------------------------------------------------
 
 
-_FIXES = {
-    "missing": "add it",
-    "string_type": "write a quoted string",
-    "int_parsing": "write a whole number",
-    "int_type": "write a whole number",
-    "bool_parsing": "write true or false",
-    "bool_type": "write true or false",
-    "greater_than": "raise the value",
-    "greater_than_equal": "raise the value",
-    "less_than": "lower the value",
-    "less_than_equal": "lower the value",
-    "dict_type": "write a YAML mapping (key: value)",
-    "list_type": "write a YAML list (- item)",
-}
 
 
 def _option_problems(exc: ValidationError, file: str, index: int, model: type[BaseModel]) -> list[ConfigProblem]:
@@ -119,7 +105,7 @@ def _option_problems(exc: ValidationError, file: str, index: int, model: type[Ba
             problems.append(ConfigProblem(file, where, f"required option '{loc[-1]}' is missing", "add it"))
         else:
             message = error["msg"].removeprefix("Value error, ").rstrip(".")
-            problems.append(ConfigProblem(file, where, message, _FIXES.get(kind, "see docs/configuration.md")))
+            problems.append(ConfigProblem(file, where, message, fix_for(kind)))
     return problems
 
 

@@ -5,10 +5,8 @@ the executors (inline, Prefect) run them. Steps raise the engine's errors; the e
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import json
-from decimal import Decimal
 from typing import Any
 
 from nl2sql.aggregate import CombineSpec, Frame, JoinKeyPair, combine
@@ -20,7 +18,7 @@ from nl2sql.pipeline.result import RunWarning
 from nl2sql.pipeline.runtime import RunContext
 from nl2sql.pipeline.state import ExpectedColumn, RunState, SubQuery
 from nl2sql.plan import PlanModel, generate_sql, validate_plan
-from nl2sql.plan.join_keys import Dtype
+from nl2sql.plan.join_keys import Dtype, value_dtype
 from nl2sql.policies import reachable_datasources, scope
 from nl2sql.verified.match import match_verified
 
@@ -235,27 +233,9 @@ def refine(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
 # --- after the sub-queries ------------------------------------------------------------------------
 
 
-def value_dtype(values: list[Any]) -> Dtype:
-    """The dtype of a result column from its values (bool before int: a bool is an int in Python)."""
-    for value in values:
-        if value is None:
-            continue
-        if isinstance(value, bool):
-            return "boolean"
-        if isinstance(value, int):
-            return "integer"
-        if isinstance(value, Decimal):
-            return "decimal"
-        if isinstance(value, float):
-            return "float"
-        if isinstance(value, dt.datetime):
-            return "datetime"
-        if isinstance(value, dt.date):
-            return "date"
-        if isinstance(value, bytes):
-            return "binary"
-        return "text"
-    return "other"
+def column_dtype(values: list[Any]) -> Dtype:
+    """The dtype of a result column: its first non-null value's (`other` when all are null)."""
+    return next((d for v in values if (d := value_dtype(v)) is not None), "other")
 
 
 def result_rows(sq: SubQuery) -> tuple[list[str], list[list[Any]]]:
@@ -272,7 +252,7 @@ def aggregate(ctx: RunContext, state: RunState) -> None:
     frames = {}
     for sq in state.sub_queries:
         columns, rows = result_rows(sq)
-        dtypes = [value_dtype([r[i] for r in rows]) for i in range(len(columns))]
+        dtypes = [column_dtype([r[i] for r in rows]) for i in range(len(columns))]
         frames[sq.id] = Frame(sub_query_id=sq.id, datasource_id=sq.datasource_id, columns=columns, dtypes=dtypes,
                               rows=[tuple(r) for r in rows])
     state.combined = combine(frames, state.combine, row_limit=ctx.config.settings.pipeline.row_limit)

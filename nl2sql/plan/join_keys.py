@@ -16,6 +16,8 @@ boolean as boolean. A type that cannot be read is `other` and never blocks a joi
 
 from __future__ import annotations
 
+import datetime as dt
+from decimal import Decimal
 from functools import lru_cache
 from typing import Literal
 
@@ -72,6 +74,27 @@ def dtype_of(type_name: str, dialect: str | None = None) -> Dtype:
     if kind in BINARY_TYPES:
         return "binary"
     return "other"
+
+
+def value_dtype(value: object) -> Dtype | None:
+    """The dtype of a Python value (None for NULL, which fits anywhere; bool before int: a bool is an int)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, Decimal):
+        return "decimal"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, dt.datetime):
+        return "datetime"
+    if isinstance(value, dt.date):
+        return "date"
+    if isinstance(value, bytes):
+        return "binary"
+    return "text"
 
 
 def category(dtype: Dtype) -> Category:

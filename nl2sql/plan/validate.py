@@ -19,7 +19,7 @@ from nl2sql.datasources.guard import sqlglot_dialect
 from nl2sql.datasources.models import SchemaSnapshot, TableInfo
 from nl2sql.errors import NL2SQLError, SecurityViolation, did_you_mean
 from nl2sql.plan import model as m
-from nl2sql.plan.join_keys import Dtype, category, coercible, describe, dtype_of
+from nl2sql.plan.join_keys import Dtype, category, coercible, describe, dtype_of, value_dtype
 from nl2sql.policies import Scope
 
 MAX_LISTED_COLUMNS = 40
@@ -169,19 +169,6 @@ def _describe_node(node: m.Node) -> str:
     if isinstance(node, m.Value):
         return repr(node.value)
     return f"the {node.kind} expression"
-
-
-def literal_dtype(value: object) -> Dtype | None:
-    """The dtype of a literal value (None for NULL, which fits anywhere)."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "float"
-    return "text"
 
 
 def _key(node: m.Node) -> str:
@@ -349,7 +336,7 @@ class PlanValidator:
         if isinstance(node, m.ColumnRef):
             return self.column(node, frame, clause, path)
         if isinstance(node, m.Value):
-            return literal_dtype(node.value)
+            return value_dtype(node.value)
         if isinstance(node, m.Aggregate):
             if clause in ("where", "group_by", "join"):
                 self.issue("AGGREGATE_NOT_ALLOWED", f"{node.func}() cannot be used in {clause}. Filter on "
