@@ -114,12 +114,20 @@ def retrieve_command(
                        "foreign_keys": result.schema.foreign_keys}}
         typer.echo(json.dumps(payload, indent=2))
         return
-    table = Table("datasource", "fused score", "best similarity", "votes (table/column/example/verified/description)", "",
-                  title="Routing")
-    for c in result.routing.candidates:
-        votes = "/".join(str(c.votes.get(s, 0)) for s in ("table", "column", "example", "verified", "description"))
-        verdict = "picked" if c.datasource_id in result.routing.picks else result.routing.dropped.get(c.datasource_id, "")
-        table.add_row(c.datasource_id, f"{c.score:.4f}", f"{c.similarity:.3f}", votes, verdict)
+    routing = result.routing
+    if routing.strategy == "evidence":
+        table = Table("datasource", "score", "similarity (3 best)", "lexical", "BM25", "", title="Routing (evidence)")
+        for c in routing.candidates:
+            verdict = "picked" if c.datasource_id in routing.picks else routing.dropped.get(c.datasource_id, "")
+            table.add_row(c.datasource_id, f"{c.score:.4f}", f"{c.evidence.get('dense', 0.0):.3f}",
+                          f"{c.evidence.get('lexical', 0.0):g}", f"{c.evidence.get('bm25', 0.0):.2f}", verdict)
+    else:
+        table = Table("datasource", "fused score", "best similarity",
+                      "votes (table/column/example/verified/description)", "", title=f"Routing ({routing.strategy})")
+        for c in routing.candidates:
+            votes = "/".join(str(c.votes.get(s, 0)) for s in ("table", "column", "example", "verified", "description"))
+            verdict = "picked" if c.datasource_id in routing.picks else routing.dropped.get(c.datasource_id, "")
+            table.add_row(c.datasource_id, f"{c.score:.4f}", f"{c.similarity:.3f}", votes, verdict)
     console.print(table)
     if result.schema is not None:
         console.print(f"[bold]Schema for the planner[/] ({result.schema.datasource_id}, "

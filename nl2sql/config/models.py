@@ -271,6 +271,8 @@ class EvalsConfig(Strict):
 class RoutingSettings(Strict):
     """How a question is routed across datasources."""
 
+    strategy: Literal["evidence", "votes", "best", "normalized", "votes+best", "normalized+best"] = Field(
+        default="evidence", description="How datasources are ranked (see docs/index.md).")
     shortlist: int = Field(default=3, ge=1)
     floor_ratio: float = Field(default=0.8, ge=0, le=1)
     vote_k: int = Field(default=20, ge=1)

@@ -6,11 +6,12 @@ how to cancel a statement that runs past its time limit. Everything else is shar
 
 from __future__ import annotations
 
+import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -48,6 +49,79 @@ def _ident(name: str) -> exp.Identifier:
 def table_expression(name: str, schema: str | None = None) -> exp.Table:
     """A quoted table reference, as a sqlglot tree."""
     return exp.Table(this=_ident(name), db=_ident(schema) if schema else None)
+
+
+_TABLE, _COLUMN, _POSITION = "__nl2sql_table__", "__nl2sql_column__", "918273645"
+
+
+class ProfileSql:
+    """The profiling statements of one dialect, rendered once by sqlglot with placeholders for the table, the
+    column and its position, then filled per table with identifiers the dialect quotes: rendering a tree per
+    column dominated profiling on wide schemas."""
+
+    def __init__(self, dialect: str, sample_rows: int, limit: int) -> None:
+        self.dialect = dialect
+        self._quoted_table = _ident(_TABLE).sql(dialect=dialect)
+        self._quoted_column = _ident(_COLUMN).sql(dialect=dialect)
+        self._placeholders = re.compile("|".join(map(re.escape, (self._quoted_table, self._quoted_column, _POSITION))))
+
+        def alias(node: exp.Expression, name: str) -> exp.Alias:
+            return exp.Alias(this=node, alias=exp.to_identifier(name))
+
+        def ref() -> exp.Column:
+            return exp.Column(this=_ident(_COLUMN))
+
+        def sample() -> exp.Subquery:
+            inner = exp.Select(expressions=[exp.Star()]).from_(table_expression(_TABLE), copy=False)
+            inner = inner.limit(exp.Literal.number(sample_rows), copy=False)
+            return exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("sample")))
+
+        self._count = alias(exp.Count(this=exp.Star()), "n").sql(dialect=dialect)
+        self._column_stats = ", ".join(node.sql(dialect=dialect) for node in (
+            alias(exp.Count(this=ref()), f"nn_{_POSITION}"),
+            alias(exp.Count(this=exp.Distinct(expressions=[ref()])), f"d_{_POSITION}"),
+            alias(exp.Min(this=ref()), f"min_{_POSITION}"),
+            alias(exp.Max(this=ref()), f"max_{_POSITION}"),
+        ))
+        self._sample = sample().sql(dialect=dialect)
+        rank = exp.Window(this=exp.RowNumber(), order=exp.Order(expressions=[
+            exp.Ordered(this=exp.Count(this=exp.Star()), desc=True), exp.Ordered(this=ref())]))
+        top = (
+            exp.Select(expressions=[
+                alias(exp.Literal.number(int(_POSITION)), "k"),
+                alias(exp.Cast(this=ref(), to=exp.DataType(this=exp.DataType.Type.TEXT)), "v"),
+                alias(rank, "r"),
+            ])
+            .from_(sample(), copy=False)
+            .where(exp.Not(this=exp.Is(this=ref(), expression=exp.Null())), copy=False)
+            .group_by(ref(), copy=False)
+            .order_by(exp.Ordered(this=exp.Column(this=exp.to_identifier("r"))), copy=False)
+            .limit(exp.Literal.number(limit), copy=False)
+        )
+        self._frequent = exp.Select(expressions=[exp.Star()]).from_(
+            exp.Subquery(this=top, alias=exp.TableAlias(this=exp.to_identifier(f"top_{_POSITION}"))),
+            copy=False).sql(dialect=dialect)
+
+    def _fill(self, template: str, source: str, column: str, position: int) -> str:
+        # one pass, so a name that happens to hold a placeholder is never rewritten
+        values = {self._quoted_table: source, self._quoted_column: _ident(column).sql(dialect=self.dialect),
+                  _POSITION: str(position)}
+        return self._placeholders.sub(lambda m: values[m.group(0)], template)
+
+    def statistics(self, source: str, columns: Sequence[str]) -> str:
+        """Row count, then non-null count, distinct count, min and max of each column (`nn_i`, `d_i`, …)."""
+        parts = [self._count] + [self._fill(self._column_stats, source, c, i) for i, c in enumerate(columns)]
+        return f"SELECT {', '.join(parts)} FROM {self._fill(self._sample, source, '', 0)}"
+
+    def frequent_values(self, source: str, columns: Sequence[str]) -> str:
+        """(k, v, r) rows: the most frequent values v of the k-th column, ranked r, ordered by k then r."""
+        union = " UNION ALL ".join(self._fill(self._frequent, source, c, k) for k, c in enumerate(columns))
+        return f"SELECT * FROM ({union}) AS f ORDER BY k, r"
+
+
+@cache
+def _profile_sql(dialect: str, sample_rows: int, limit: int) -> ProfileSql:
+    return ProfileSql(dialect, sample_rows, limit)
 
 
 class Adapter(ABC):
@@ -186,33 +260,16 @@ class Adapter(ABC):
             profiles.extend(self._profile_table(table, sample_rows, max_sample_values, low_cardinality))
         return profiles
 
-    def _sample(self, table: TableInfo, sample_rows: int) -> exp.Subquery:
-        inner = exp.Select(expressions=[exp.Star()]).from_(table_expression(table.name, table.schema_name), copy=False)
-        inner = inner.limit(exp.Literal.number(sample_rows), copy=False)
-        return exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("sample")))
-
     def _profile_table(self, table: TableInfo, sample_rows: int, max_sample_values: int,
                        low_cardinality: int) -> list[ColumnProfile]:
         # Two statements per table: the column statistics, then the frequent values of every
-        # low-cardinality text column at once (it was one statement per such column).
+        # low-cardinality text column at once.
         if not table.columns:
             return []
-        def alias(node: exp.Expression, name: str) -> exp.Alias:
-            return exp.Alias(this=node, alias=exp.to_identifier(name))
-
-        selects: list[exp.Expression] = [alias(exp.Count(this=exp.Star()), "n")]
-        for i, col in enumerate(table.columns):
-            def ref(name: str = col.name) -> exp.Column:
-                return exp.Column(this=_ident(name))
-
-            selects += [
-                alias(exp.Count(this=ref()), f"nn_{i}"),
-                alias(exp.Count(this=exp.Distinct(expressions=[ref()])), f"d_{i}"),
-                alias(exp.Min(this=ref()), f"min_{i}"),
-                alias(exp.Max(this=ref()), f"max_{i}"),
-            ]
-        query = exp.Select(expressions=selects).from_(self._sample(table, sample_rows), copy=False)
-        stats = self._run(query.sql(dialect=self.dialect), row_limit=1, timeout_s=120).frame.iloc[0]
+        sql = _profile_sql(self.dialect, sample_rows, max_sample_values)
+        source = table_expression(table.name, table.schema_name).sql(dialect=self.dialect)
+        stats = self._run(sql.statistics(source, [c.name for c in table.columns]), row_limit=1,
+                          timeout_s=120).frame.iloc[0]
         n = int(stats["n"])
         low = [col.name for i, col in enumerate(table.columns)
                if is_text_type(col.type) and 0 < int(stats[f"d_{i}"]) <= low_cardinality] if max_sample_values else []
@@ -236,35 +293,9 @@ class Adapter(ABC):
                             limit: int) -> dict[str, list[str]]:
         """The `limit` most frequent non-null values of each column in the sample, most frequent first (ties
         in the column's own order), in one statement: a UNION ALL of one grouping per column."""
-        # Trees are built node by node (no string parsing, no copies: both dominated on wide schemas).
-        text = exp.DataType(this=exp.DataType.Type.TEXT)
-        union: exp.Query | None = None
-        for k, column in enumerate(columns):
-            def ref(name: str = column) -> exp.Column:
-                return exp.Column(this=_ident(name))
-
-            rank = exp.Window(this=exp.RowNumber(), order=exp.Order(expressions=[
-                exp.Ordered(this=exp.Count(this=exp.Star()), desc=True), exp.Ordered(this=ref())]))
-            top = (
-                exp.Select(expressions=[
-                    exp.Alias(this=exp.Literal.number(k), alias=exp.to_identifier("k")),
-                    exp.Alias(this=exp.Cast(this=ref(), to=text.copy()), alias=exp.to_identifier("v")),
-                    exp.Alias(this=rank, alias=exp.to_identifier("r")),
-                ])
-                .from_(self._sample(table, sample_rows), copy=False)
-                .where(exp.Not(this=exp.Is(this=ref(), expression=exp.Null())), copy=False)
-                .group_by(ref(), copy=False)
-                .order_by(exp.Ordered(this=exp.Column(this=exp.to_identifier("r"))), copy=False)
-                .limit(exp.Literal.number(limit), copy=False)
-            )
-            part = exp.Select(expressions=[exp.Star()]).from_(
-                exp.Subquery(this=top, alias=exp.TableAlias(this=exp.to_identifier(f"top_{k}"))), copy=False)
-            union = part if union is None else exp.Union(this=union, expression=part, distinct=False)
-        query = exp.Select(expressions=[exp.Star()]).from_(
-            exp.Subquery(this=union, alias=exp.TableAlias(this=exp.to_identifier("f"))), copy=False)
-        query = query.order_by(*(exp.Ordered(this=exp.Column(this=exp.to_identifier(c))) for c in ("k", "r")),
-                               copy=False)
-        frame = self._run(query.sql(dialect=self.dialect), row_limit=limit * len(columns), timeout_s=120).frame
+        sql = _profile_sql(self.dialect, sample_rows, limit)
+        source = table_expression(table.name, table.schema_name).sql(dialect=self.dialect)
+        frame = self._run(sql.frequent_values(source, columns), row_limit=limit * len(columns), timeout_s=120).frame
         out: dict[str, list[str]] = {c: [] for c in columns}
         for k, value in zip(frame.iloc[:, 0], frame.iloc[:, 1], strict=True):
             if (text := _short(value)) is not None:

@@ -124,8 +124,12 @@ def embed_entries(entries: Sequence[Entry], embedder: Embedder, store: StateStor
     """Vectors for every entry (from the cache where the text is known); (vectors, embedded, cached)."""
     hashes = [e.text_hash for e in entries]
     known = store.cached_vectors(embedder.model_id, hashes)
-    missing = list(dict.fromkeys(h for h in hashes if h not in known))
     text_of = {e.text_hash: e.text for e in entries}
+    missing = list(dict.fromkeys(h for h in hashes if h not in known))
+    # shortest first across the whole build, so each call's batches hold texts of one length (entries come
+    # table by table, and a chunk of mixed lengths is mostly padding)
+    lengths = dict(zip(missing, embedder.token_counts([text_of[h] for h in missing]), strict=True))
+    missing.sort(key=lengths.__getitem__)
     for start in range(0, len(missing), EMBED_CHUNK):
         chunk = missing[start:start + EMBED_CHUNK]
         vectors = embedder.embed([text_of[h] for h in chunk])

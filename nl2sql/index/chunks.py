@@ -102,10 +102,22 @@ def column_entry(ds: str, table: TableInfo, column_name: str, type_name: str,
         if profile.sample_values:
             text += ", for example " + ", ".join(profile.sample_values[:MAX_SAMPLES_IN_TEXT])
         elif profile.min is not None and category(dtype_of(type_name)) == "temporal":
-            text += f", from {profile.min[:10]} to {(profile.max or '')[:10]}"
+            text += year_span(profile.min, profile.max)
     name = qualified(table)
     return Entry(id=entry_id(ds, "column", name, column_name), datasource_id=ds, kind="column", text=text + ".",
                  table=name, column=column_name, tables=[name], metadata=meta)
+
+
+def year_span(low: str, high: str | None) -> str:
+    """A date column's range in years, as questions put it (full dates took five tokens each).
+
+    >>> year_span("2009-01-01 00:00:00", "2013-12-22"), year_span("2023-09-18", "2023-09-30"), year_span("x", None)
+    (', from 2009 to 2013', ', in 2023', '')
+    """
+    first, last = low[:4], (high or "")[:4]
+    if not (first.isdigit() and last.isdigit()):
+        return ""
+    return f", in {first}" if first == last else f", from {first} to {last}"
 
 
 def relationship_entries(ds: str, table: TableInfo) -> list[Entry]:
@@ -114,6 +126,7 @@ def relationship_entries(ds: str, table: TableInfo) -> list[Entry]:
     name = qualified(table)
     for fk in table.foreign_keys:
         target = f"{fk.ref_schema}.{fk.ref_table}" if fk.ref_schema else fk.ref_table
+        # words only: the key columns are in the metadata (an identifier echo took half the tokens)
         text = (f"{words(table.name)} linked to {words(fk.ref_table)}: {table.name}.{', '.join(fk.columns)} "
                 f"references {fk.ref_table}.{', '.join(fk.ref_columns)}.")
         out.append(Entry(id=entry_id(ds, "relationship", name, ",".join(fk.columns), target), datasource_id=ds,

@@ -1,7 +1,7 @@
 """The embedder: all-MiniLM-L6-v2 on onnxruntime + tokenizers + numpy (no PyTorch), offline.
 
 384 dimensions, mean pooling over the attention mask, L2-normalised, so an inner product is a
-cosine. Texts are batched by length to cut padding. The model file's SHA-256 is checked at load.
+cosine. Texts are batched by token count to cut padding. The model file's SHA-256 is checked at load.
 
 >>> embedder = Embedder()
 >>> vectors = embedder.embed(["How many tracks per genre?", "number of songs in each genre", "invoice totals"])
@@ -104,7 +104,7 @@ class Embedder:
         self._session = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
         tokenizer = Tokenizer.from_str(files("nl2sql.index").joinpath(TOKENIZER_FILE).read_text(encoding="utf-8"))
         tokenizer.enable_truncation(max_length=MAX_TOKENS)
-        tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # to the longest in each batch, not a fixed 128
+        tokenizer.no_padding()  # the shipped file pads to a fixed 128; batches are padded to their longest here
         self._tokenizer = tokenizer
 
     def embed_cached(self, texts: list[str]) -> np.ndarray:
@@ -118,6 +118,13 @@ class Embedder:
                 cache[text] = vector
         return np.stack([cache[t] for t in texts]) if texts else np.zeros((0, DIMENSIONS), dtype=np.float32)
 
+    def token_counts(self, texts: list[str]) -> list[int]:
+        """Tokens each text is embedded as (after truncation)."""
+        with self._lock:
+            if self._session is None:
+                self._load()
+            return [len(e.ids) for e in self._tokenizer.encode_batch(texts)]
+
     def embed(self, texts: list[str]) -> np.ndarray:
         """One L2-normalised float32 row per text, in the order given."""
         if not texts:
@@ -125,17 +132,23 @@ class Embedder:
         with self._lock:
             if self._session is None:
                 self._load()
-            order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+            tokens = [e.ids for e in self._tokenizer.encode_batch(texts)]
+            # batched by token count, not characters: sorting by characters left a quarter of each batch
+            # padding (dates and identifiers take many tokens per character)
+            order = sorted(range(len(texts)), key=lambda i: len(tokens[i]))
             out = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
             for start in range(0, len(order), self.batch_size):
                 batch = order[start:start + self.batch_size]
-                out[batch] = self._run([texts[i] for i in batch])
+                out[batch] = self._run([tokens[i] for i in batch])
         return out
 
-    def _run(self, texts: list[str]) -> np.ndarray:
-        encodings = self._tokenizer.encode_batch(texts)
-        ids = np.array([e.ids for e in encodings], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+    def _run(self, tokens: list[list[int]]) -> np.ndarray:
+        width = max(len(ids) for ids in tokens)
+        ids = np.zeros((len(tokens), width), dtype=np.int64)  # 0 is [PAD]
+        mask = np.zeros((len(tokens), width), dtype=np.int64)
+        for row, seq in enumerate(tokens):
+            ids[row, :len(seq)] = seq
+            mask[row, :len(seq)] = 1
         types = np.zeros_like(ids)
         hidden = self._session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})[0]
         weights = mask[..., None].astype(np.float32)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -73,6 +73,7 @@ class LiveIndex:
     snapshot: SchemaSnapshot | None
     _facts: SchemaFacts | None = field(default=None, repr=False)
     _layout: EntryLayout | None = field(default=None, repr=False)
+    _terms: TermIndex | None = field(default=None, repr=False)
 
     def similarities(self, query: np.ndarray) -> np.ndarray:
         """Cosine similarity of every entry to the (unit) query vector."""
@@ -89,6 +90,54 @@ class LiveIndex:
         if self._layout is None:
             self._layout = EntryLayout.of(self.entries)
         return self._layout
+
+    def terms(self) -> TermIndex:
+        """The words of the entries' texts, for lexical routing (computed once)."""
+        if self._terms is None:
+            self._terms = TermIndex.of(self.entries)
+        return self._terms
+
+
+#: Entries whose words count for lexical routing (a relationship only repeats its tables' words).
+TERM_KINDS = frozenset({"table", "column", "example", "verified", "description"})
+
+
+@dataclass
+class TermIndex:
+    """How often each word occurs in a build's entry texts, by the tables the entries are about, so the words
+    of tables a caller may not read are never counted."""
+
+    counts: dict[str, dict[tuple[str, ...], int]]  # word → tables of the entries → occurrences
+    lengths: dict[tuple[str, ...], int]  # tables → words in those entries
+
+    @classmethod
+    def of(cls, entries: Sequence[Entry]) -> TermIndex:
+        """Count the words of every entry of a lexical kind (stop words and numbers left out)."""
+        counts: dict[str, dict[tuple[str, ...], int]] = defaultdict(lambda: defaultdict(int))
+        lengths: dict[tuple[str, ...], int] = defaultdict(int)
+        for entry in entries:
+            if entry.kind not in TERM_KINDS:
+                continue
+            group = tuple(entry.tables)
+            for term in content_terms(entry.text):
+                counts[term][group] += 1
+                lengths[group] += 1
+        return cls({t: dict(g) for t, g in counts.items()}, dict(lengths))
+
+    def visible(self, terms: set[str], allowed: Callable[[tuple[str, ...]], bool]) -> tuple[dict[str, int], int]:
+        """(occurrences of each given word, words in all) over the entries whose tables are all allowed."""
+        seen = {group: allowed(group) for group in self.lengths}
+        found = {t: sum(n for g, n in self.counts.get(t, {}).items() if seen[g]) for t in terms}
+        return {t: n for t, n in found.items() if n}, sum(n for g, n in self.lengths.items() if seen[g])
+
+
+def content_terms(text: str) -> list[str]:
+    """The words that can tell one database from another: singular, no stop words, no numbers.
+
+    >>> content_terms("How many tickets were opened in 2023 by each agent?")
+    ['many', 'ticket', 'were', 'opened', 'each', 'agent']
+    """
+    return [t for t in terms_of(text) if t not in _STOP and not t.isdigit()]
 
 
 @dataclass
@@ -227,6 +276,32 @@ def names_in(question: str) -> list[str]:
         if i and word[:1].isupper() and word.lower() not in _CALENDAR:
             out.append(word)
     return out
+
+
+def unknown_runs(question: str, vocabulary: Container[str]) -> list[str]:
+    """Runs of two or more words the datasource's texts never use: a name written in lower case ("led zeppelin").
+
+    >>> unknown_runs("Which albums did led zeppelin release?", {"album", "release"})
+    ['led zeppelin']
+    >>> unknown_runs("Which album has the most tracks?", {"album", "track"})
+    []
+    """
+    runs: list[list[str]] = [[]]
+    for match in _WORD.finditer(question.lower()):
+        word = match.group().rstrip("'’")
+        if word in _STOP or word in _QUESTION_WORDS or word.isdigit() or singular(word) in vocabulary:
+            runs.append([])
+        else:
+            runs[-1].append(word)
+    return [" ".join(run) for run in runs if len(run) >= 2]
+
+
+#: Words of questions, not of data: they never make a run of unknown words.
+_QUESTION_WORDS = frozenset(["all", "any", "are", "average", "been", "biggest", "can", "count", "did", "do", "does",
+                             "each", "ever", "every", "few", "fewest", "find", "give", "has", "have", "highest",
+                             "least", "list", "lowest", "many", "me", "more", "most", "much", "not", "number", "only",
+                             "our", "per", "show", "smallest", "than", "their", "there", "they", "top", "total", "us",
+                             "we", "were", "when", "where", "whose", "why", "you", "your"])
 
 
 # --- what retrieval knows of a datasource besides vectors -----------------------------------------
@@ -486,7 +561,8 @@ class Retriever:
             if of_kind and of_kind[0] not in chosen:
                 chosen.append(of_kind[0])
         reasons = {t: "match" for t in chosen}
-        if unmatched:  # a name no profiled value knows: offer the tables where names are looked up
+        if unmatched or unknown_runs(question, live.terms().counts):
+            # a name no profiled value knows: offer the tables where names are looked up
             for lookup in _named_parents(chosen, tables, facts, wide_table_columns):
                 chosen.append(lookup)
                 reasons[lookup] = "name lookup"

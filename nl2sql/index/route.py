@@ -1,26 +1,53 @@
-"""Routing a question across datasources: signals, votes, reciprocal rank fusion, a similarity floor.
+"""Routing a question across datasources: evidence scores (or fused votes), a similarity floor, a shortlist.
 
-Each signal (table, column, example-question and verified-query entries) looks at the `vote_k`
-entries most similar to the question, across every datasource, and ranks datasources by how
-many of those they own; reciprocal rank fusion (RRF_K = 60) combines the rankings; a datasource
-whose best similarity is below `floor_ratio` times the best one is dropped, and at most `limit`
-are kept. Only entries the caller may see vote. The strategy can also rank by best similarity,
-or by votes normalised by a datasource's entry count (raw votes favour big databases).
+The default strategy, "evidence", scores each datasource by three kinds of evidence:
+
+- dense: the mean similarity of its `EVIDENCE_TOP` entries most similar to the question, among its
+  schema entries (tables, columns, relationships) and its description — a fixed number of entries,
+  so a big database gains nothing from its size;
+- lexical: the question's words that name one of its tables or columns or a profiled value
+  (`lexical_score`), `LEXICAL_WEIGHT` per point;
+- BM25: the question's words in its entry texts (example questions and verified queries included),
+  weighted by how few of the datasources use them, so the words every database's example questions
+  share ("how many", "per month", "top 10") count for little; `BM25_WEIGHT` per unit.
+
+Example questions count through their words only: their phrasing is shared across databases
+("Weekly count of … over the last quarter"), and a question written the same way was routed to
+whichever database had an example of that shape.
+
+The other strategies are the vote signals of the design: each signal (table, column, example,
+verified, description entries) looks at the `vote_k` entries most similar to the question across
+every datasource and ranks datasources by how many of those they own, reciprocal rank fusion
+(RRF_K = 60) combines the rankings, optionally with the ranking by best similarity ("votes+best"),
+or votes normalised by a datasource's entry count ("normalized"). On the many-database test bed of
+benchmarks/perf/index_wide.py the evidence strategy routes best (numbers in docs/index.md).
+
+Whatever the strategy, a datasource whose best similarity is below `floor_ratio` times the best
+one is dropped and at most `limit` are kept. Only entries the caller may see count.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 
-from nl2sql.index.retrieve import Cues, LiveIndex, Retriever, read_question
+from nl2sql.index.retrieve import Cues, LiveIndex, Retriever, content_terms, read_question
 
 ROUTE_SIGNALS = ("table", "column", "example", "verified", "description")
-RouteStrategy = Literal["votes", "best", "normalized", "votes+best", "normalized+best"]
+RouteStrategy = Literal["evidence", "votes", "best", "normalized", "votes+best", "normalized+best"]
+ROUTE_STRATEGIES: tuple[RouteStrategy, ...] = ("evidence", "votes", "best", "normalized", "votes+best",
+                                               "normalized+best")
+#: The evidence strategy: entries averaged for the dense score, and what a point of each lexical score is worth.
+EVIDENCE_TOP = 3
+EVIDENCE_KINDS = frozenset({"table", "column", "relationship", "description", "verified"})
+LEXICAL_WEIGHT = 0.02
+BM25_WEIGHT = 0.02
+BM25_K1, BM25_B = 1.2, 0.75
 
 
 @dataclass
@@ -32,6 +59,7 @@ class RouteCandidate:
     similarity: float
     ranks: dict[str, int]
     votes: dict[str, int]
+    evidence: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -53,11 +81,11 @@ class Routing:
 
 def route(retriever: Retriever, question: str, datasource_ids: Sequence[str], allows: Callable[[str, str], bool], *,
           vote_k: int = 20, rrf_k: int = 60, floor_ratio: float = 0.8, limit: int = 3,
-          strategy: RouteStrategy = "votes+best", lexical: bool = True, query: np.ndarray | None = None) -> Routing:
+          strategy: RouteStrategy = "evidence", lexical: bool = True, query: np.ndarray | None = None) -> Routing:
     """Rank datasources for a question; `allows(datasource_id, table)` filters entries by scope.
 
-    With `lexical`, one more signal ranks datasources by the question's words that name one of
-    their tables or columns, or one of their profiled values ("urgent", "Jazz", "campaign").
+    With `lexical`, the question's words that name a table, a column or a profiled value of a
+    datasource ("urgent", "Jazz", "campaign") count too.
     """
     query = retriever.embed(question) if query is None else query
     hits: dict[str, list[tuple[float, str]]] = {s: [] for s in ROUTE_SIGNALS}
@@ -65,6 +93,9 @@ def route(retriever: Retriever, question: str, datasource_ids: Sequence[str], al
     words: dict[str, float] = {}
     best: dict[str, float] = {}
     sizes: dict[str, int] = {}
+    dense: dict[str, float] = {}
+    term_counts: dict[str, tuple[dict[str, int], int]] = {}
+    question_terms = set(content_terms(question))
     for ds in datasource_ids:
         live = retriever.live(ds)
         if live is None:
@@ -78,12 +109,55 @@ def route(retriever: Retriever, question: str, datasource_ids: Sequence[str], al
             words[ds] = lexical_score(live, cues, {t for t, ok in tables.items() if ok})
         sizes[ds] = len(visible)
         best[ds] = float(max(sims[i] for i in visible))
+        if strategy == "evidence":
+            # example questions are left out here and of the floor: phrasing, not content, made them close
+            scored = sorted(float(sims[i]) for i in visible if live.entries[i].kind in EVIDENCE_KINDS) or [best[ds]]
+            dense[ds] = float(np.mean(scored[-EVIDENCE_TOP:]))
+            best[ds] = scored[-1]
+            term_counts[ds] = live.terms().visible(question_terms, lambda group, ok=tables: all(ok[t] for t in group))
+            continue
         for i in visible:
             kind = live.entries[i].kind
             if kind in hits:
                 hits[kind].append((float(sims[i]), ds))
     rankings: dict[str, list[str]] = {}
     votes: dict[str, dict[str, int]] = {}
+    evidence: dict[str, dict[str, float]] = {}
+    if strategy == "evidence":
+        lexical_points = bm25(question_terms, term_counts)
+        for ds in best:
+            evidence[ds] = {"dense": round(dense[ds], 4), "lexical": words.get(ds, 0.0),
+                            "bm25": round(lexical_points[ds], 4)}
+        fused = {ds: dense[ds] + LEXICAL_WEIGHT * words.get(ds, 0.0) + BM25_WEIGHT * lexical_points[ds] for ds in best}
+        for name in ("dense", "lexical", "bm25"):
+            rankings[name] = sorted(best, key=lambda ds, n=name: -evidence[ds][n])
+    else:
+        fused = fuse_votes(hits, words, best, sizes, strategy=strategy, vote_k=vote_k, rrf_k=rrf_k,
+                           rankings=rankings, votes=votes)
+    order = sorted(fused, key=lambda ds: (-fused[ds], -best[ds]))
+    # the floor is on the evidence score where there is one (it already weighs similarity), else on similarity
+    level = fused if strategy == "evidence" else best
+    what = "evidence score" if strategy == "evidence" else "best similarity"
+    top = max(level.values(), default=0.0)
+    picks, dropped = [], {}
+    for ds in order:
+        if level[ds] < floor_ratio * top:
+            dropped[ds] = f"{what} {level[ds]:.3f} below {floor_ratio:g} × {top:.3f}"
+        elif len(picks) >= limit:
+            dropped[ds] = f"beyond the shortlist of {limit}"
+        else:
+            picks.append(ds)
+    candidates = [RouteCandidate(ds, round(fused[ds], 6), round(best[ds], 4),
+                                 {s: r.index(ds) + 1 for s, r in rankings.items() if ds in r},
+                                 {s: v.get(ds, 0) for s, v in votes.items()}, evidence.get(ds, {})) for ds in order]
+    return Routing(picks, candidates, dropped, strategy,
+                   {"vote_k": vote_k, "rrf_k": rrf_k, "floor_ratio": floor_ratio, "limit": limit})
+
+
+def fuse_votes(hits: dict[str, list[tuple[float, str]]], words: dict[str, float], best: dict[str, float],
+               sizes: dict[str, int], *, strategy: RouteStrategy, vote_k: int, rrf_k: int,
+               rankings: dict[str, list[str]], votes: dict[str, dict[str, int]]) -> dict[str, float]:
+    """The vote strategies: a ranking per signal (filled into `rankings` and `votes`), fused by RRF."""
     for signal, scored in hits.items():
         if not scored:
             continue
@@ -103,29 +177,31 @@ def route(retriever: Retriever, question: str, datasource_ids: Sequence[str], al
             count = {ds: n / np.sqrt(sizes[ds]) for ds, n in count.items()}
         if strategy != "best":
             rankings[signal] = sorted(count, key=lambda ds: (-count[ds], -best[ds]))
-    if lexical and any(words.values()):
+    if any(words.values()):
         rankings["lexical"] = sorted((ds for ds in words if words[ds] > 0), key=lambda ds: (-words[ds], -best[ds]))
         votes["lexical"] = {ds: round(w) for ds, w in words.items()}
     if strategy in ("best", "votes+best", "normalized+best"):
         rankings["best"] = sorted(best, key=lambda ds: -best[ds])
-    fused = fuse(rankings, list(best), rrf_k)
-    order = sorted(fused, key=lambda ds: (-fused[ds], -best[ds]))
-    top_sim = max(best.values(), default=0.0)
-    picks, dropped = [], {}
-    for ds in order:
-        if best[ds] < floor_ratio * top_sim:
-            dropped[ds] = f"best similarity {best[ds]:.3f} below {floor_ratio:g} × {top_sim:.3f}"
-        elif len(picks) >= limit:
-            dropped[ds] = f"beyond the shortlist of {limit}"
-        else:
-            picks.append(ds)
-    candidates = [RouteCandidate(ds, round(fused[ds], 6), round(best[ds], 4),
-                                 {s: r.index(ds) + 1 for s, r in rankings.items() if ds in r},
-                                 {s: v.get(ds, 0) for s, v in votes.items()}) for ds in order]
-    return Routing(picks, candidates, dropped, strategy,
-                   {"vote_k": vote_k, "rrf_k": rrf_k, "floor_ratio": floor_ratio, "limit": limit})
+    return fuse(rankings, list(best), rrf_k)
 
 
+def bm25(terms: set[str], counts: dict[str, tuple[dict[str, int], int]]) -> dict[str, float]:
+    """Okapi BM25 of the question's words in each datasource's entry texts, one datasource as one document.
+
+    >>> scores = bm25({"ticket", "open"}, {"support": ({"ticket": 9, "open": 2}, 300), "shop": ({"open": 1}, 200)})
+    >>> round(scores["support"], 2), round(scores["shop"], 2)
+    (1.56, 0.2)
+    """
+    if not counts:
+        return {}
+    average = sum(length for _, length in counts.values()) / len(counts) or 1.0
+    used = {t: sum(1 for found, _ in counts.values() if t in found) for t in terms}
+    idf = {t: math.log(1 + (len(counts) - n + 0.5) / (n + 0.5)) for t, n in used.items()}
+    scores = {}
+    for ds, (found, length) in counts.items():
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * length / average)
+        scores[ds] = sum(idf[t] * n * (BM25_K1 + 1) / (n + norm) for t, n in found.items())
+    return scores
 
 
 def fuse(rankings: dict[str, list[str]], datasource_ids: Sequence[str], rrf_k: int = 60) -> dict[str, float]:

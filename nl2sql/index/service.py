@@ -44,7 +44,7 @@ class IndexService:
         settings = self.config.settings.routing
         return route(self.retriever, question, reachable, lambda ds, table: _allows(scopes[ds], table),
                      vote_k=settings.vote_k, rrf_k=settings.rrf_k, floor_ratio=settings.floor_ratio,
-                     limit=settings.shortlist)
+                     limit=settings.shortlist, strategy=settings.strategy)
 
     def schema(self, question: str, roles: Sequence[str] | str | None, datasource_id: str) -> RetrievedSchema:
         """The tables and columns of one datasource the planner should see for this caller and question."""

@@ -73,5 +73,10 @@ def test_cli_build_then_retrieve(prefect_server: None, project: Path, capsys: py
     payload = json.loads(out)
     assert payload["routing"]["picks"][0] == "support"
     assert "tickets" in payload["schema"]["tables"]
+    assert set(payload["routing"]["candidates"][0]["evidence"]) == {"dense", "lexical", "bm25"}
+    code, out, err = run_cli(capsys, "-c", str(project), "retrieve", "How many urgent tickets are still open?",
+                             "--role", "admin")
+    assert code == 0, err
+    assert "Routing (evidence)" in out and "BM25" in out and "picked" in out
     code, out, _ = run_cli(capsys, "-c", str(project), "index", "versions", "support", "--json")
     assert code == 0 and json.loads(out)[0]["live"] is True

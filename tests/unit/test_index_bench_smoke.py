@@ -35,7 +35,8 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path, capsys: pytest.Cap
     assert json.loads(out.read_text()) == json.loads(json.dumps(report))
     printed = capsys.readouterr().out
     for label in ("SQLite full build", "incremental", "peak memory", "retrieval schema_for", "recall@20, wide build",
-                  "recall@20, synthetic", "routing latency", "recommended routing"):
+                  "recall@20, synthetic", "routing latency", "default routing", "best of the grid",
+                  "embedding throughput"):
         assert label in printed
 
     wide = report["wide"]
@@ -69,7 +70,10 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path, capsys: pytest.Cap
     assert all(0 <= r["top1"] <= r["shortlist_hit"] <= 1 for r in routing["results"] + routing["without_examples"])
     assert {(r["strategy"], r["floor_ratio"]) for r in routing["without_examples"]} == {
         (s, f) for s in bench.STRATEGIES for f in bench.ABLATION_FLOORS}
-    assert routing["recommended"] in routing["results"]
+    assert routing["recommended"] in routing["results"] and routing["default"] in routing["results"]
+    assert routing["default"]["strategy"] == "evidence"
+    embedding = wide["embedding"]
+    assert embedding["texts"] > 0 and embedding["texts_per_s"] > 0 and embedding["baseline_texts_per_s"] > 0
     assert routing["latency"]["p50_ms"] > 0
     assert set(report["checks"]) == {"full_build_le_60s", "incremental_le_3s", "retrieval_p95_le_50ms",
                                      "recall_at_20_ge_0_99", "routing_top1_ge_95pct"}

@@ -55,3 +55,48 @@ def test_schema_keeps_keys_and_join_paths(demo_index) -> None:
 def test_fuse_ranks_unranked_last() -> None:
     scores = fuse({"table": ["a"], "column": ["a", "b"]}, ["a", "b", "c"], 60)
     assert scores["a"] > scores["b"] > scores["c"]
+
+
+def test_evidence_is_explained_and_counts_only_what_the_caller_may_read(demo_index) -> None:
+    question = "Which invoices had the highest totals?"
+    admin = demo_index.route(question, "admin")
+    viewer = demo_index.route(question, "viewer")
+    assert admin.strategy == "evidence" and admin.picks[0] == "chinook"
+    evidence = {c.datasource_id: c.evidence for c in admin.candidates}
+    assert set(evidence["chinook"]) == {"dense", "lexical", "bm25"}
+    assert admin.explanation()["candidates"][0]["evidence"] == evidence[admin.picks[0]]
+    # the viewer may not read Invoice: its words and its profiled values count for nothing
+    seen = next(c for c in viewer.candidates if c.datasource_id == "chinook").evidence
+    assert seen["bm25"] < evidence["chinook"]["bm25"] and seen["lexical"] < evidence["chinook"]["lexical"]
+
+
+def test_term_index_skips_entries_of_tables_out_of_scope() -> None:
+    from nl2sql.index.chunks import Entry
+    from nl2sql.index.retrieve import TermIndex
+
+    entries = [Entry(id="1", datasource_id="d", kind="table", text="invoice table: total, billing country.",
+                     table="Invoice", tables=["Invoice"]),
+               Entry(id="2", datasource_id="d", kind="column", text="name of genre, text, for example Jazz.",
+                     table="Genre", tables=["Genre"]),
+               Entry(id="3", datasource_id="d", kind="example", text="Which invoices were biggest?"),
+               Entry(id="4", datasource_id="d", kind="relationship", text="invoice linked to customer.",
+                     table="Invoice", tables=["Invoice", "Customer"])]
+    terms = TermIndex.of(entries)
+    everything = terms.visible({"invoice", "jazz", "customer"}, lambda group: True)
+    assert everything == ({"invoice": 2, "jazz": 1}, 13)  # relationships only repeat their tables' words
+    no_invoice = terms.visible({"invoice", "jazz"}, lambda group: "Invoice" not in group)
+    assert no_invoice == ({"invoice": 1, "jazz": 1}, 8)  # the example's word stays: it names no table
+
+
+def test_the_routing_strategy_is_a_setting(demo_config) -> None:
+    from nl2sql.index.service import IndexService
+
+    config = demo_config.model_copy(deep=True)
+    config.settings.routing.strategy = "votes+best"
+    routing = IndexService(config).route("Which album has the most tracks?", "admin")
+    assert routing.strategy == "votes+best" and all(not c.evidence for c in routing.candidates)
+
+
+def test_a_name_in_lower_case_brings_the_table_it_is_looked_up_in(demo_index) -> None:
+    schema = demo_index.schema("Which albums did led zeppelin release?", "admin", "chinook")
+    assert {"Album", "Artist"} <= set(schema.table_names())
