@@ -18,7 +18,7 @@ import numpy as np
 from nl2sql.config.models import ProfileSettings
 from nl2sql.datasources.base import Adapter
 from nl2sql.datasources.models import ColumnProfile, SchemaSnapshot
-from nl2sql.index.chunks import Entry, VerifiedQuery, build_entries, qualified
+from nl2sql.index.chunks import ENTRY_FORMAT, Entry, VerifiedQuery, build_entries, qualified
 from nl2sql.index.embed import Embedder
 from nl2sql.index.store import StateStore
 from nl2sql.index.vectors import build_index, recall_at_k, write_index
@@ -63,12 +63,13 @@ class BuildResult:
 
 
 def plan_build(adapter: Adapter, store: StateStore, *, full: bool = False) -> BuildPlan:
-    """Reflect, and compare with the live build: which tables must be profiled again."""
+    """Reflect, and compare with the live build: which tables must be profiled again (all of them when the live
+    build is of another entry format)."""
     snapshot = adapter.reflect()
     live = store.live_build(adapter.datasource_id)
     previous = store.snapshot(adapter.datasource_id, live.fingerprint) if live and live.fingerprint else None
     names = [qualified(t) for t in snapshot.tables]
-    if full or live is None or previous is None:
+    if full or live is None or previous is None or live.stats.get("entry_format") != ENTRY_FORMAT:
         return BuildPlan(snapshot, fingerprint(snapshot), names, previous=previous)
     old_shapes, new_shapes = table_fingerprints(previous), table_fingerprints(snapshot)
     old_rows = {qualified(t): t.row_count for t in previous.tables}
@@ -187,7 +188,7 @@ def commit_index(store: StateStore, build_id: str, plan: BuildPlan, entries: Seq
     write_index(index, store.index_path(plan.snapshot.datasource_id, build_id))
     store.write_entries(build_id, entries)
     stats = {"counts": dict(Counter(e.kind for e in entries)), "recall_at_20": recall,
-             "changed_tables": len(plan.changed_tables)}
+             "changed_tables": len(plan.changed_tables), "entry_format": ENTRY_FORMAT}
     replaced = store.commit_build(build_id, snapshot=plan.snapshot, fingerprint=plan.fingerprint,
                                   diff=diff_snapshots(plan.previous, plan.snapshot), index_kind=kind,
                                   entry_count=len(entries), stats=stats, keep=keep)

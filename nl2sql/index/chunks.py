@@ -23,6 +23,9 @@ from nl2sql.plan.join_keys import category, dtype_of
 EntryKind = Literal["table", "column", "relationship", "example", "verified", "description"]
 ENTRY_KINDS: tuple[EntryKind, ...] = ("table", "column", "relationship", "example", "verified", "description")
 MAX_SAMPLES_IN_TEXT = 8
+#: The shape of entry texts: a build whose live build has another re-writes every table's entries (an
+#: incremental build would otherwise keep the old texts of the tables that did not change).
+ENTRY_FORMAT = 3
 MAX_COLUMNS_IN_TABLE_TEXT = 30
 
 

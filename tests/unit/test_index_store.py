@@ -46,6 +46,26 @@ def test_rebuild_after_one_table_changes_embeds_only_that_table(support_copy: Pa
     assert [d[3].added_columns for d in diffs][-1] == ["agents.region"]
 
 
+def test_a_new_entry_format_rewrites_every_table(support_copy: Path, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import nl2sql.index.build as building
+    import nl2sql.index.chunks as chunks
+
+    store = StateStore(tmp_path / "state")
+    first = build(support_copy, store)
+    assert store.live_build("support").stats["entry_format"] == chunks.ENTRY_FORMAT
+    # the next release writes column texts another way: nothing changed in the database, yet every table is
+    # written again, and only the texts that changed are embedded
+    monkeypatch.setattr(building, "ENTRY_FORMAT", chunks.ENTRY_FORMAT + 1)
+    monkeypatch.setattr(chunks, "_type_words", lambda type_name: "kind")
+    again = build(support_copy, store)
+    assert sorted(again.changed_tables) == sorted(first.changed_tables) and again.changed_tables
+    texts = [e.text for e in store.entries(again.build_id) if e.kind == "column"]
+    assert texts and all(", kind" in t for t in texts)
+    assert 0 < again.embedded < sum(again.counts.values())  # table and relationship texts came from the cache
+    assert build(support_copy, store).changed_tables == []  # the new format is now the live one's
+
+
 def test_keeps_the_last_n_builds_and_never_the_live_one_goes(support_copy: Path, tmp_path: Path) -> None:
     store = StateStore(tmp_path / "state")
     builds = [build(support_copy, store).build_id for _ in range(4)]
