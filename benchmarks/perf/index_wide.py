@@ -54,14 +54,14 @@ from nl2sql.datasources import adapter_class
 from nl2sql.index.build import BuildResult, build_datasource
 from nl2sql.index.embed import Embedder
 from nl2sql.index.retrieve import Retriever
-from nl2sql.index.route import ROUTE_STRATEGIES, route
+from nl2sql.index.route import ROUTE_STRATEGIES, default_floor, route
 from nl2sql.index.store import StateStore
 from nl2sql.index.vectors import HNSW_ABOVE, all_vectors, build_index, read_index, recall_at_k
 
 HERE = Path(__file__).resolve().parent
 STRATEGIES = ROUTE_STRATEGIES
-FLOOR_RATIOS = (0.5, 0.7, 0.8, 0.9)
-ABLATION_FLOORS = (0.7, 0.8)
+FLOOR_RATIOS = (0.5, 0.6, 0.7, 0.8, 0.9)
+ABLATION_FLOORS = (0.6, 0.8)
 PG_SERVER_URL = os.environ.get("NL2SQL_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 TARGETS = {"full_build_s": 60.0, "incremental_s": 3.0, "retrieval_p95_ms": 50.0, "recall_at_20": 0.99,
            "routing_top1": 0.95}
@@ -403,8 +403,9 @@ def routing_benchmark(sizes: Sizes, seed: int, work: Path, store: StateStore, em
 
     results = [score(strategy, floor) for strategy in STRATEGIES for floor in FLOOR_RATIOS]
     best = max(results, key=lambda r: (r["top1"], r["shortlist_hit"], -r["mean_shortlist"], r["floor_ratio"]))
-    default = next((r for r in results if r["strategy"] == defaults.strategy and r["floor_ratio"] == defaults.floor_ratio),
-                   None) or score(defaults.strategy, defaults.floor_ratio)
+    floor = default_floor(defaults.strategy) if defaults.floor_ratio is None else defaults.floor_ratio
+    default = next((r for r in results if r["strategy"] == defaults.strategy and r["floor_ratio"] == floor),
+                   None) or score(defaults.strategy, floor)
 
     log(quiet, "ablation: the same databases without their example questions")
     for db in bed:  # embeddings all cached: only reflect, profile and commit run again

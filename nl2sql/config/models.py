@@ -274,7 +274,8 @@ class RoutingSettings(Strict):
     strategy: Literal["evidence", "votes", "best", "normalized", "votes+best", "normalized+best"] = Field(
         default="evidence", description="How datasources are ranked (see docs/index.md).")
     shortlist: int = Field(default=3, ge=1)
-    floor_ratio: float = Field(default=0.8, ge=0, le=1)
+    floor_ratio: float | None = Field(default=None, ge=0, le=1, description="Unset: the strategy's own (0.6 for "
+                                      "evidence, 0.8 for the vote strategies).")
     vote_k: int = Field(default=20, ge=1)
     rrf_k: int = Field(default=60, ge=1)
     max_sub_queries: int = Field(default=3, ge=1)

@@ -22,8 +22,9 @@ every datasource and ranks datasources by how many of those they own, reciprocal
 or votes normalised by a datasource's entry count ("normalized"). On the many-database test bed of
 benchmarks/perf/index_wide.py the evidence strategy routes best (numbers in docs/index.md).
 
-Whatever the strategy, a datasource whose best similarity is below `floor_ratio` times the best
-one is dropped and at most `limit` are kept. Only entries the caller may see count.
+Whatever the strategy, a datasource below `floor_ratio` times the best one (in evidence score, or in
+best similarity for the vote strategies) is dropped and at most `limit` are kept; without a
+`floor_ratio`, each strategy's own (`default_floor`). Only entries the caller may see count.
 """
 
 from __future__ import annotations
@@ -48,6 +49,18 @@ EVIDENCE_KINDS = frozenset({"table", "column", "relationship", "description", "v
 LEXICAL_WEIGHT = 0.02
 BM25_WEIGHT = 0.02
 BM25_K1, BM25_B = 1.2, 0.75
+#: The floor each strategy routes best with on the test bed: the evidence score spreads wider than similarity.
+DEFAULT_FLOORS: dict[str, float] = {"evidence": 0.6}
+VOTES_FLOOR = 0.8
+
+
+def default_floor(strategy: str) -> float:
+    """The floor_ratio a strategy uses when none is set.
+
+    >>> default_floor("evidence"), default_floor("votes+best")
+    (0.6, 0.8)
+    """
+    return DEFAULT_FLOORS.get(strategy, VOTES_FLOOR)
 
 
 @dataclass
@@ -80,7 +93,7 @@ class Routing:
 
 
 def route(retriever: Retriever, question: str, datasource_ids: Sequence[str], allows: Callable[[str, str], bool], *,
-          vote_k: int = 20, rrf_k: int = 60, floor_ratio: float = 0.8, limit: int = 3,
+          vote_k: int = 20, rrf_k: int = 60, floor_ratio: float | None = None, limit: int = 3,
           strategy: RouteStrategy = "evidence", lexical: bool = True, query: np.ndarray | None = None) -> Routing:
     """Rank datasources for a question; `allows(datasource_id, table)` filters entries by scope.
 
@@ -88,6 +101,7 @@ def route(retriever: Retriever, question: str, datasource_ids: Sequence[str], al
     datasource ("urgent", "Jazz", "campaign") count too.
     """
     query = retriever.embed(question) if query is None else query
+    floor_ratio = default_floor(strategy) if floor_ratio is None else floor_ratio
     hits: dict[str, list[tuple[float, str]]] = {s: [] for s in ROUTE_SIGNALS}
     cues = read_question(question)
     words: dict[str, float] = {}

@@ -88,13 +88,17 @@ def test_term_index_skips_entries_of_tables_out_of_scope() -> None:
     assert no_invoice == ({"invoice": 1, "jazz": 1}, 8)  # the example's word stays: it names no table
 
 
-def test_the_routing_strategy_is_a_setting(demo_config) -> None:
+def test_the_routing_strategy_is_a_setting(demo_config, demo_index) -> None:
     from nl2sql.index.service import IndexService
 
     config = demo_config.model_copy(deep=True)
     config.settings.routing.strategy = "votes+best"
     routing = IndexService(config).route("Which album has the most tracks?", "admin")
     assert routing.strategy == "votes+best" and all(not c.evidence for c in routing.candidates)
+    assert routing.settings["floor_ratio"] == 0.8  # unset: the strategy's own floor
+    assert demo_index.route("Which album has the most tracks?", "admin").settings["floor_ratio"] == 0.6
+    config.settings.routing.floor_ratio = 0.95
+    assert IndexService(config).route("Which album has the most tracks?", "admin").settings["floor_ratio"] == 0.95
 
 
 def test_a_name_in_lower_case_brings_the_table_it_is_looked_up_in(demo_index) -> None:
