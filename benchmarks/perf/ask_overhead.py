@@ -19,13 +19,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -33,14 +30,9 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # the loopback Prefect server of tests/support
 PLANS = ROOT / "tests" / "data" / "plans" / "chinook"
 PG_SERVER_URL = os.environ.get("NL2SQL_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager
@@ -48,37 +40,22 @@ def prefect_server(home: Path, postgres: bool):
     """A `prefect server start` on loopback (PostgreSQL-backed unless told otherwise); yields its API URL."""
     import sqlalchemy as sa
 
+    from tests.support.prefect_server import prefect_server_process
+
     name = f"nl2sql_bench_prefect_{os.getpid()}"
-    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_API_PORT": str(free_port()),
-           "PREFECT_SERVER_API_HOST": "127.0.0.1", "DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "PREFECT_UI_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING"}
+    extra = {"PREFECT_UI_ENABLED": "false"}
     admin = None
     if postgres:
         admin = sa.create_engine(PG_SERVER_URL, isolation_level="AUTOCOMMIT")
         with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
         url = sa.make_url(PG_SERVER_URL).set(drivername="postgresql+asyncpg", database=name)
-        env["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = url.render_as_string(hide_password=False)
-    api = f"http://127.0.0.1:{env['PREFECT_SERVER_API_PORT']}/api"
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "prefect"), "server", "start", "--no-services"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        extra["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = url.render_as_string(hide_password=False)
+    home.mkdir(parents=True, exist_ok=True)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{api}/health", timeout=2) as response:
-                    if response.read().strip() == b"true":
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise SystemExit("the Prefect server did not start")
-            time.sleep(0.5)
-        yield api
+        with prefect_server_process(home, extra_env=extra, services=False) as (api, _env):
+            yield api
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
         if admin is not None:
             with admin.connect() as conn:
                 conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -88,11 +65,9 @@ def prefect_server(home: Path, postgres: bool):
 def write_project(target: Path, base_url: str) -> Path:
     """The demo project with the fake server as its model, the plan cache off, its index built."""
     from nl2sql.config import load_config
-    from nl2sql.datasources import DatasourceCatalog
     from nl2sql.demo import init_demo
-    from nl2sql.index import StateStore, build_datasource
-    from nl2sql.index.embed import shared_embedder
-    from nl2sql.verified.match import index_entries_of
+    from nl2sql.index import StateStore
+    from nl2sql.index.service import build_configured
 
     path = init_demo(target, env={})
     raw = yaml.safe_load(path.read_text())
@@ -102,12 +77,7 @@ def write_project(target: Path, base_url: str) -> Path:
     raw["settings"] = {"pipeline": {"plan_cache": False}}
     path.write_text(yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
     config = load_config(path)
-    store = StateStore(config.state_dir)
-    with DatasourceCatalog(config) as catalog:
-        for ds in config.datasources:
-            build_datasource(catalog.get(ds.id), store, shared_embedder(), profile=config.settings.profile,
-                             sample_questions=ds.sample_questions, verified=index_entries_of(ds),
-                             description=ds.description)
+    build_configured(config, StateStore(config.state_dir))
     return path
 
 

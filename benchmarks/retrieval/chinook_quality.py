@@ -33,17 +33,15 @@ import numpy as np
 import yaml
 
 from nl2sql.config import load_config
-from nl2sql.datasources import DatasourceCatalog
 from nl2sql.demo import init_demo
-from nl2sql.index.build import build_datasource
 from nl2sql.index.embed import Embedder
 from nl2sql.index.retrieve import Retriever
 from nl2sql.index.route import route
+from nl2sql.index.service import build_configured
 from nl2sql.index.store import StateStore
 from nl2sql.plan import PlanModel
 from nl2sql.plan import model as m
 from nl2sql.policies import scope
-from nl2sql.verified.match import index_entries_of
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -133,11 +131,7 @@ def build(workdir: Path):
     config = load_config(config_path)
     store = StateStore(config.state_dir)
     embedder = Embedder()
-    with DatasourceCatalog(config) as catalog:
-        for ds in config.datasources:
-            build_datasource(catalog.get(ds.id), store, embedder, profile=config.settings.profile,
-                             sample_questions=ds.sample_questions, verified=index_entries_of(ds),
-                             description=ds.description)
+    build_configured(config, store, embedder)
     return config, Retriever(store, embedder)
 
 

@@ -497,13 +497,20 @@ def _match(left_keys: list[list[Any]], right_keys: list[list[Any]], dtypes: Sequ
 # --- the three kinds -------------------------------------------------------------------------------------
 
 
-def _join(left: Frame, right: Frame, spec: CombineSpec, row_limit: int) -> Combined:
+def _keyed_sides(left: Frame, right: Frame, spec: CombineSpec, verb: str) -> tuple[
+        list[_Key], list[Dtype], list[list[Any]], list[list[Any]], list[AggregateWarning]]:
+    """The join keys, their dtypes, both sides' key values converted to them, and the warnings of the conversion."""
     keys = _keys(left, right, spec)
     warnings: list[AggregateWarning] = []
     seen: set[tuple[str, int, str]] = set()
     dtypes = [k.dtype for k in keys]
-    lk = _convert_side(left, [k.left_index for k in keys], dtypes, warnings, seen, "joined")
-    rk = _convert_side(right, [k.right_index for k in keys], dtypes, warnings, seen, "joined")
+    lk = _convert_side(left, [k.left_index for k in keys], dtypes, warnings, seen, verb)
+    rk = _convert_side(right, [k.right_index for k in keys], dtypes, warnings, seen, verb)
+    return keys, dtypes, lk, rk, warnings
+
+
+def _join(left: Frame, right: Frame, spec: CombineSpec, row_limit: int) -> Combined:
+    keys, dtypes, lk, rk, warnings = _keyed_sides(left, right, spec, "joined")
     pairs, total = _match(lk, rk, dtypes, len(left.rows), len(right.rows), spec.how.upper(),
                           '"lpos", "rpos" NULLS FIRST', row_limit)
 
@@ -560,12 +567,7 @@ def _difference(a: Any, b: Any) -> int | float | Decimal | None:
 
 
 def _compare(left: Frame, right: Frame, spec: CombineSpec, row_limit: int) -> Combined:
-    keys = _keys(left, right, spec)
-    warnings: list[AggregateWarning] = []
-    seen: set[tuple[str, int, str]] = set()
-    dtypes = [k.dtype for k in keys]
-    lk = _convert_side(left, [k.left_index for k in keys], dtypes, warnings, seen, "matched")
-    rk = _convert_side(right, [k.right_index for k in keys], dtypes, warnings, seen, "matched")
+    keys, dtypes, lk, rk, warnings = _keyed_sides(left, right, spec, "matched")
     ranks = _sort_ranks(lk, rk, dtypes)
     order = 'coalesce("l"."rank", "r"."rank") NULLS LAST, "lpos" NULLS LAST, "rpos" NULLS LAST'
     pairs, total = _match(lk, rk, dtypes, len(left.rows), len(right.rows), "FULL OUTER", order, row_limit,

@@ -6,12 +6,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nl2sql.config.models import Config
+from nl2sql.datasources import DatasourceCatalog
 from nl2sql.errors import SecurityViolation
-from nl2sql.index.embed import shared_embedder
+from nl2sql.index.build import BuildResult, build_datasource
+from nl2sql.index.embed import Embedder, shared_embedder
 from nl2sql.index.retrieve import RetrievedSchema, Retriever
 from nl2sql.index.route import Routing, route
 from nl2sql.index.store import StateStore
 from nl2sql.policies import Scope, reachable_datasources, scope
+from nl2sql.verified.match import index_entries_of
 
 
 @dataclass
@@ -62,6 +65,16 @@ class IndexService:
         routing = self.route(question, roles, [datasource_id] if datasource_id else among)
         target = datasource_id or (routing.picks[0] if routing.picks else None)
         return Retrieval(routing, self.schema(question, roles, target) if target else None)
+
+
+def build_configured(config: Config, store: StateStore, embedder: Embedder | None = None) -> list[BuildResult]:
+    """Build every configured datasource's index in this process, one after another (no Prefect: the
+    `index-build` flow runs the same steps as tasks)."""
+    embedder = embedder or shared_embedder()
+    with DatasourceCatalog(config) as catalog:
+        return [build_datasource(catalog.get(ds.id), store, embedder, profile=config.settings.profile,
+                                 sample_questions=ds.sample_questions, verified=index_entries_of(ds),
+                                 description=ds.description) for ds in config.datasources]
 
 
 def _allows(caller: Scope, table: str) -> bool:

@@ -29,13 +29,15 @@ def server_env(home: Path, port: int) -> dict[str, str]:
 
 
 @contextmanager
-def prefect_server_process(home: Path) -> Iterator[tuple[str, dict[str, str]]]:
-    """Start `prefect server start` (SQLite in `home`); yield its API URL and environment; stop it after."""
+def prefect_server_process(home: Path, *, extra_env: dict[str, str] | None = None,
+                           services: bool = True) -> Iterator[tuple[str, dict[str, str]]]:
+    """Start `prefect server start` (SQLite in `home` unless `extra_env` names another database); yield its API
+    URL and environment; stop it after."""
     port = free_port()
-    env = server_env(home, port)
+    env = {**server_env(home, port), **(extra_env or {})}
     log = open(home / "server.log", "w")  # noqa: SIM115  (closed below)
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "prefect"), "server", "start"], env=env, stdout=log,
-                            stderr=subprocess.STDOUT)
+    command = [str(Path(sys.executable).parent / "prefect"), "server", "start", *([] if services else ["--no-services"])]
+    proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     api = env["PREFECT_API_URL"]
     try:
         deadline = time.monotonic() + 120
