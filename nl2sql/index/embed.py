@@ -1,7 +1,8 @@
 """The embedder: all-MiniLM-L6-v2 on onnxruntime + tokenizers + numpy (no PyTorch), offline.
 
 384 dimensions, mean pooling over the attention mask, L2-normalised, so an inner product is a
-cosine. Texts are batched by token count to cut padding. The model file's SHA-256 is checked at load.
+cosine. Texts are batched by token count to cut padding. The model file's SHA-256 is checked at load;
+its graph is then rewritten onto onnxruntime's fused attention and GELU kernels (`fuse.py`).
 
 >>> embedder = Embedder()
 >>> vectors = embedder.embed(["How many tracks per genre?", "number of songs in each genre", "invoice totals"])
@@ -12,6 +13,7 @@ cosine. Texts are batched by token count to cut padding. The model file's SHA-25
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import threading
 from functools import cache
@@ -21,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from nl2sql.errors import NL2SQLError
+from nl2sql.index.fuse import DISABLED_OPTIMIZERS, GraphMismatch, fused_model
 
 MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
 DIMENSIONS = 384
@@ -29,6 +32,8 @@ TOKENIZER_FILE = "minilm_tokenizer.json"
 MAX_TOKENS = 256
 BATCH_SIZE = 32
 RECENT_TEXTS = 2048  # short texts (questions) remembered by embed_cached
+
+log = logging.getLogger(__name__)
 
 
 class EmbedderError(NL2SQLError):
@@ -81,8 +86,9 @@ class Embedder:
     dimensions = DIMENSIONS
 
     def __init__(self, *, threads: int = 2, batch_size: int = BATCH_SIZE, model_path: Path | None = None,
-                 expected_sha256: str = MODEL_SHA256) -> None:
+                 expected_sha256: str = MODEL_SHA256, fused: bool = True) -> None:
         self.threads = threads
+        self.fused = fused
         self.batch_size = batch_size
         self.model_path = model_path
         self.expected_sha256 = expected_sha256
@@ -101,7 +107,15 @@ class Embedder:
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
-        self._session = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+        model: str | bytes = str(path)
+        disabled: list[str] = []
+        if self.fused:
+            try:
+                model, disabled = fused_model(path.read_bytes()), DISABLED_OPTIMIZERS
+            except GraphMismatch as exc:  # only another file than the pinned one gets here
+                log.warning("Embedding with the model as shipped (its graph could not be fused: %s).", exc)
+        self._session = ort.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"],
+                                             disabled_optimizers=disabled)
         tokenizer = Tokenizer.from_str(files("nl2sql.index").joinpath(TOKENIZER_FILE).read_text(encoding="utf-8"))
         tokenizer.enable_truncation(max_length=MAX_TOKENS)
         tokenizer.no_padding()  # the shipped file pads to a fixed 128; batches are padded to their longest here

@@ -1,7 +1,10 @@
-"""The embedder: batching never changes a vector, the model file is checked, long texts are truncated."""
+"""The embedder: batching never changes a vector, the model file is checked, long texts are truncated,
+the fused graph gives the shipped graph's vectors."""
 
 from __future__ import annotations
 
+import hashlib
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -47,3 +50,33 @@ def test_a_model_file_with_another_digest_is_refused(tmp_path: Path) -> None:
     assert str(tampered) in str(raised.value) and "not the pinned" in str(raised.value)
     with pytest.raises(EmbedderError, match="missing"):
         Embedder(model_path=tmp_path / "absent.onnx").embed(["anything"])
+
+
+def test_the_fused_graph_gives_the_shipped_graphs_vectors() -> None:
+    texts = [*TEXTS, "word " * 300]  # one truncated at the limit, the rest padded in its batch
+    fused, shipped = shared_embedder().embed(texts), Embedder(fused=False).embed(texts)
+    assert float((fused * shipped).sum(axis=1).min()) > 0.99999
+
+
+def test_the_fused_graph_runs_one_kernel_per_attention_block_and_gelu() -> None:
+    import onnx
+
+    from nl2sql.index.fuse import fused_model
+
+    ops = Counter(node.op_type for node in onnx.load_from_string(fused_model(model_file().read_bytes())).graph.node)
+    assert ops["Attention"] == 6 and ops["BiasGelu"] == 6
+    assert ops["Softmax"] == ops["Erf"] == ops["Transpose"] == ops["Where"] == 0
+
+
+def test_a_graph_the_rewrite_does_not_know_runs_as_shipped(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from nl2sql.index.fuse import GraphMismatch, fused_model
+
+    already_fused = fused_model(model_file().read_bytes())
+    with pytest.raises(GraphMismatch, match="attention blocks"):
+        fused_model(already_fused)
+    path = tmp_path / "model.onnx"
+    path.write_bytes(already_fused)
+    embedder = Embedder(model_path=path, expected_sha256=hashlib.sha256(already_fused).hexdigest())
+    vectors = embedder.embed(TEXTS)
+    assert "could not be fused" in caplog.text
+    assert float((vectors * shared_embedder().embed(TEXTS)).sum(axis=1).min()) > 0.99999

@@ -74,6 +74,7 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path, capsys: pytest.Cap
     assert routing["default"]["strategy"] == "evidence"
     embedding = wide["embedding"]
     assert embedding["texts"] > 0 and embedding["texts_per_s"] > 0 and embedding["baseline_texts_per_s"] > 0
+    assert embedding["least_cosine_to_baseline"] > 0.9999  # the fused graph gives the same vectors
     assert routing["latency"]["p50_ms"] > 0
     assert set(report["checks"]) == {"full_build_le_60s", "incremental_le_3s", "retrieval_p95_le_50ms",
                                      "recall_at_20_ge_0_99", "routing_top1_ge_95pct"}
