@@ -57,6 +57,10 @@ class VerifiedQuery(BaseModel):
     tables: list[str] = Field(default_factory=list)
 
 
+# where a description's clauses end: a colon, a semicolon or a full stop before the next word
+CLAUSE_BREAK = re.compile(r"[:;.](?=\s)")
+
+
 def entry_id(*parts: str) -> str:
     """A stable id from the entry's identifying parts."""
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:24]
@@ -152,9 +156,19 @@ def example_entries(ds: str, questions: Iterable[str]) -> list[Entry]:
 
 
 def description_entries(ds: str, description: str) -> list[Entry]:
-    """The datasource's description: what it holds, in the words its owners use."""
+    """The datasource's description, what it holds in the words its owners use: whole, and each of its
+    clauses alone when it has several (a long description dilutes what each part says: "the customer
+    support desk" matches a question about the help desk far better than the whole paragraph does)."""
     text = " ".join(description.split())
-    return [Entry(id=entry_id(ds, "description"), datasource_id=ds, kind="description", text=text)] if text else []
+    if not text:
+        return []
+    entries = [Entry(id=entry_id(ds, "description"), datasource_id=ds, kind="description", text=text)]
+    parts = [p.strip(" .") for p in CLAUSE_BREAK.split(text)]
+    clauses = list(dict.fromkeys(p for p in parts if p))
+    if len(clauses) > 1:
+        entries += [Entry(id=entry_id(ds, "description", clause.lower()), datasource_id=ds, kind="description",
+                          text=clause, metadata={"clause": True}) for clause in clauses]
+    return entries
 
 
 def verified_entries(ds: str, queries: Sequence[VerifiedQuery]) -> list[Entry]:

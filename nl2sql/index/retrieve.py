@@ -116,8 +116,8 @@ class TermIndex:
         counts: dict[str, dict[tuple[str, ...], int]] = defaultdict(lambda: defaultdict(int))
         lengths: dict[tuple[str, ...], int] = defaultdict(int)
         for entry in entries:
-            if entry.kind not in TERM_KINDS:
-                continue
+            if entry.kind not in TERM_KINDS or entry.metadata.get("clause"):
+                continue  # (a description's clause repeats its words)
             group = tuple(entry.tables)
             for term in content_terms(entry.text):
                 counts[term][group] += 1

@@ -125,7 +125,11 @@ def route(retriever: Retriever, question: str, datasource_ids: Sequence[str], al
         best[ds] = float(max(sims[i] for i in visible))
         if strategy == "evidence":
             # example questions are left out here and of the floor: phrasing, not content, made them close
-            scored = sorted(float(sims[i]) for i in visible if live.entries[i].kind in EVIDENCE_KINDS) or [best[ds]]
+            scored = sorted(float(sims[i]) for i in visible
+                            if live.entries[i].kind in EVIDENCE_KINDS and live.entries[i].kind != "description")
+            described = [float(sims[i]) for i in visible if live.entries[i].kind == "description"]
+            # a description counts once, by its part closest to the question (whole, or one clause)
+            scored = sorted([*scored, max(described)]) if described else scored or [best[ds]]
             dense[ds] = float(np.mean(scored[-EVIDENCE_TOP:]))
             best[ds] = scored[-1]
             term_counts[ds] = live.terms().visible(question_terms, lambda group, ok=tables: all(ok[t] for t in group))

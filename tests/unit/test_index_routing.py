@@ -17,6 +17,7 @@ from nl2sql.index.route import fuse
         ("Which agent got the worst satisfaction scores?", "support"),
         ("How many sessions bounced after one page?", "webanalytics"),
         ("Which artists have the most albums?", "chinook"),
+        ("Who is the newest person on the help desk?", "support"),  # "The customer support desk: …"
     ],
 )
 def test_demo_questions_route_first_to_their_database(demo_index, question: str, expected: str) -> None:
@@ -86,6 +87,19 @@ def test_term_index_skips_entries_of_tables_out_of_scope() -> None:
     assert everything == ({"invoice": 2, "jazz": 1}, 13)  # relationships only repeat their tables' words
     no_invoice = terms.visible({"invoice", "jazz"}, lambda group: "Invoice" not in group)
     assert no_invoice == ({"invoice": 1, "jazz": 1}, 8)  # the example's word stays: it names no table
+
+
+def test_a_description_is_indexed_whole_and_by_clause_and_its_words_count_once() -> None:
+    from nl2sql.index.chunks import description_entries
+    from nl2sql.index.retrieve import TermIndex
+
+    entries = description_entries("support", "The customer support  desk: tickets by email; agents. Surveys 2010.")
+    assert [e.text for e in entries] == ["The customer support desk: tickets by email; agents. Surveys 2010.",
+                                         "The customer support desk", "tickets by email", "agents", "Surveys 2010"]
+    assert len({e.id for e in entries}) == 5 and {e.kind for e in entries} == {"description"}
+    assert description_entries("support", "One clause only.")[0].text == "One clause only."
+    assert len(description_entries("support", "One clause only.")) == 1 and description_entries("support", " ") == []
+    assert TermIndex.of(entries).visible({"desk", "email"}, lambda group: True) == ({"desk": 1, "email": 1}, 7)
 
 
 def test_the_routing_strategy_is_a_setting(demo_config, demo_index) -> None:
