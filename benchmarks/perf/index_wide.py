@@ -246,7 +246,7 @@ def wide_benchmark(sizes: Sizes, seed: int, work: Path, store: StateStore, embed
 
 def embedding_figures(store: StateStore, embedder: Embedder, n: int = 2000) -> dict[str, Any]:
     """Texts per second for the first `n` entries of the wide build (in build order): the fused graph the
-    embedder runs against the model file's graph as shipped (same batching, in this process), the least
+    embedder runs against the model file's graph as shipped (same batching, in this process, alternated), the least
     cosine between their vectors, and the machine's float32 matrix-multiply speed, so runs on different
     machines can be compared."""
     info = store.live_build("wide")
@@ -255,8 +255,11 @@ def embedding_figures(store: StateStore, embedder: Embedder, n: int = 2000) -> d
     tokens = embedder.token_counts(texts)
     shipped = Embedder(threads=embedder.threads, fused=False)
     shipped.embed(texts[:8])  # load outside the timing
-    baseline_vectors, baseline = timed(lambda: shipped.embed(texts))
-    vectors, current = timed(lambda: embedder.embed(texts))
+    # alternated, best of two each: other tenants' load on a shared host comes and goes within a run
+    rounds = [(timed(lambda: shipped.embed(texts)), timed(lambda: embedder.embed(texts))) for _ in range(2)]
+    baseline_vectors, vectors = rounds[0][0][0], rounds[0][1][0]
+    baseline = min(r[0][1] for r in rounds)
+    current = min(r[1][1] for r in rounds)
     a = np.random.default_rng(0).standard_normal((1024, 1024), dtype=np.float32)
     _, matmul = timed(lambda: [a @ a for _ in range(20)])
     return {"texts": len(texts), "tokens": int(sum(tokens)), "texts_per_s": round(len(texts) / current, 1),
