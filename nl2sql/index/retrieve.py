@@ -74,6 +74,7 @@ class LiveIndex:
     _facts: SchemaFacts | None = field(default=None, repr=False)
     _layout: EntryLayout | None = field(default=None, repr=False)
     _terms: TermIndex | None = field(default=None, repr=False)
+    _joins: dict[str, set[str]] | None = field(default=None, repr=False)
 
     def similarities(self, query: np.ndarray) -> np.ndarray:
         """Cosine similarity of every entry to the (unit) query vector."""
@@ -96,6 +97,20 @@ class LiveIndex:
         if self._terms is None:
             self._terms = TermIndex.of(self.entries)
         return self._terms
+
+    def joins(self) -> dict[str, set[str]]:
+        """Each table's neighbours by foreign key, either way, over the whole snapshot (computed once)."""
+        if self._joins is None:
+            tables = {qualified(t): t for t in self.snapshot.tables} if self.snapshot else {}
+            graph: dict[str, set[str]] = defaultdict(set)
+            for name, table in tables.items():
+                for fk in table.foreign_keys:
+                    target = _target(fk)
+                    if target in tables and target != name:
+                        graph[name].add(target)
+                        graph[target].add(name)
+            self._joins = dict(graph)
+        return self._joins
 
 
 #: Entries whose words count for lexical routing (a relationship only repeats its tables' words).
@@ -352,6 +367,18 @@ class SchemaFacts:
     values: dict[str, list[tuple[tuple[str, ...], str, str]]]
     value_words: dict[str, set[tuple[str, str]]]
     vocabulary: frozenset[str]
+    _by_word: dict[str, list[tuple[str, str]]] | None = field(default=None, repr=False)
+
+    def named_columns(self, terms: set[str] | frozenset[str], tables: Container[str]) -> set[tuple[str, str]]:
+        """Columns of `tables` whose every word is among `terms` (key columns, which have none, never)."""
+        if self._by_word is None:
+            by_word: dict[str, list[tuple[str, str]]] = defaultdict(list)
+            for key, spelled in self.column_words.items():
+                for word in spelled:
+                    by_word[word].append(key)
+            self._by_word = dict(by_word)
+        candidates = {key for term in terms for key in self._by_word.get(term, ())}
+        return {key for key in candidates if key[0] in tables and self.column_words[key] <= terms}
 
     @classmethod
     def of(cls, snapshot: SchemaSnapshot | None, entries: Sequence[Entry]) -> SchemaFacts:
@@ -545,14 +572,15 @@ class Retriever:
         best: dict[str, float] = defaultdict(lambda: -1.0)
         best.update({layout.tables[i]: float(v) for i, v in enumerate(maxima) if np.isfinite(v)})
         column_sims = _LazyColumnSims(live, layout, sims)
-        table_vec = {t: live.vectors[i] for t, i in layout.table_entry.items() if t in tables}
         cues = read_question(question)
         named = {t for t, w in facts.table_words.items() if t in tables and w and w <= cues.terms}
         valued, unmatched = facts.value_hits(cues, set(best))
-        picks = valued | {(t, c) for (t, c), w in facts.column_words.items() if t in best and w and w <= cues.terms}
-        score = {t: best[t] + name_bonus * (t in named) + value_bonus * any(v[0] == t for v in valued)
+        picks = valued | facts.named_columns(cues.terms, best)
+        valued_tables = {t for t, _ in valued}
+        score = {t: best[t] + name_bonus * (t in named) + value_bonus * (t in valued_tables)
                  + cue_bonus * len(facts.table_kinds.get(t, set()) & cues.table_kinds) for t in best}
         ranked = sorted(score, key=lambda t: -score[t])[:table_k]
+        table_vec = {t: live.vectors[layout.table_entry[t]] for t in ranked if t in layout.table_entry}
         top = score[ranked[0]] if ranked else 0.0
         chosen = _mmr(ranked, score, table_vec, planning_k, mmr_lambda)
         chosen = chosen[:min_seeds] + [t for t in chosen[min_seeds:] if score[t] >= top - seed_gap]
@@ -566,7 +594,7 @@ class Retriever:
             for lookup in _named_parents(chosen, tables, facts, wide_table_columns):
                 chosen.append(lookup)
                 reasons[lookup] = "name lookup"
-        for bridge in _bridges(chosen, tables):
+        for bridge in _bridges(chosen, tables, live.joins()):
             if bridge not in reasons:
                 chosen.append(bridge)
                 reasons[bridge] = "join path"
@@ -688,26 +716,20 @@ def _mmr(ranked: list[str], relevance: dict[str, float], vectors: dict[str, np.n
     return picked
 
 
-def _bridges(chosen: list[str], tables: dict[str, TableInfo], max_hops: int = 3) -> list[str]:
-    """Tables on short foreign-key paths that join the chosen tables: a greedy Steiner tree.
+def _bridges(chosen: list[str], tables: Container[str], graph: dict[str, set[str]], max_hops: int = 3) -> list[str]:
+    """Tables on short foreign-key paths (through `tables` only) that join the chosen tables: a greedy
+    Steiner tree.
 
     Starting from the first chosen table, the chosen table nearest to those already joined is
     joined next, by a shortest path of at most `max_hops`; one out of reach starts a new group.
     """
-    graph: dict[str, set[str]] = defaultdict(set)
-    for name, table in tables.items():
-        for fk in table.foreign_keys:
-            target = _target(fk)
-            if target in tables and target != name:
-                graph[name].add(target)
-                graph[target].add(name)
     if not chosen:
         return []
     added: list[str] = []
     connected = {chosen[0]}
     remaining = [t for t in chosen[1:] if t != chosen[0]]
     while remaining:
-        previous = _reach(graph, connected, max_hops)
+        previous = _reach(graph, connected, max_hops, tables)
         reachable = [t for t in remaining if t in previous]
         target = reachable[0] if reachable else remaining[0]
         if reachable:
@@ -723,15 +745,16 @@ def _bridges(chosen: list[str], tables: dict[str, TableInfo], max_hops: int = 3)
     return added
 
 
-def _reach(graph: dict[str, set[str]], sources: set[str], max_hops: int) -> dict[str, str | None]:
-    """Breadth-first from `sources`: each reached node's predecessor on a shortest path."""
+def _reach(graph: dict[str, set[str]], sources: set[str], max_hops: int,
+           allowed: Container[str]) -> dict[str, str | None]:
+    """Breadth-first from `sources` through `allowed` nodes: each reached node's predecessor on a shortest path."""
     previous: dict[str, str | None] = {s: None for s in sources}
     frontier = sorted(sources)
     for _ in range(max_hops):
         nxt = []
         for node in frontier:
-            for neighbour in sorted(graph[node]):
-                if neighbour not in previous:
+            for neighbour in sorted(graph.get(node, ())):
+                if neighbour in allowed and neighbour not in previous:
                     previous[neighbour] = node
                     nxt.append(neighbour)
         frontier = nxt
