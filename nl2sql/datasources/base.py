@@ -34,6 +34,8 @@ from nl2sql.errors import DatasourceError, QueryTimeout
 
 TEXT_TYPE_MARKERS = ("CHAR", "TEXT", "STRING", "CLOB", "VARCHAR", "ENUM")
 SAMPLE_VALUE_MAX_CHARS = 100
+#: Tables counted per statement (SQLite allows 500 terms in one compound SELECT).
+ROW_COUNT_BATCH = 200
 
 
 def is_text_type(type_name: str) -> bool:
@@ -171,23 +173,30 @@ class Adapter(ABC):
 
     # --- reflect -----------------------------------------------------------------------------
 
-    def reflect(self) -> SchemaSnapshot:
-        """Tables, columns (type, nullability), keys and row counts of the configured schemas."""
+    def reflect(self, previous: SchemaSnapshot | None = None) -> SchemaSnapshot:
+        """Tables, columns (type, nullability), keys and row counts of the configured schemas.
+
+        Given the previous snapshot, a table whose catalog definition hashes as before (adapters that can
+        hash it: `_catalog_hashes`) is taken from it instead of being reflected again, unless a table it
+        references changed; row counts are always read.
+        """
         try:
             with self.engine.connect() as conn:
                 inspector = sa.inspect(conn)
                 default_schema = inspector.default_schema_name
                 schemas = self.schemas or [default_schema]
+                hashes = self._catalog_hashes(conn, schemas, default_schema)
+                kept = _unchanged_tables(previous, hashes)
                 tables: list[TableInfo] = []
                 for schema in schemas:
                     schema_arg = None if schema == default_schema else schema
-                    tables += self._reflect_tables(inspector, sorted(inspector.get_table_names(schema=schema_arg)),
-                                                   schema_arg, view=False)
-                    tables += self._reflect_tables(inspector, sorted(inspector.get_view_names(schema=schema_arg)),
-                                                   schema_arg, view=True)
+                    for view in (False, True):
+                        names = inspector.get_view_names(schema=schema_arg) if view else \
+                            inspector.get_table_names(schema=schema_arg)
+                        tables += self._reflect_tables(inspector, sorted(names), schema_arg, view=view, kept=kept)
                 for table in tables:
-                    if table.row_count is None and table.kind == "table":
-                        table.row_count, table.row_count_estimated = self._row_count(conn, table)
+                    table.catalog_hash = hashes.get((table.schema_name, table.name))
+                self._count_rows(conn, [t for t in tables if t.kind == "table"], default_schema)
         except DatasourceError:
             raise
         except Exception as exc:  # driver errors vary by dialect; report them as one kind
@@ -195,28 +204,38 @@ class Adapter(ABC):
         return SchemaSnapshot(datasource_id=self.datasource_id, dialect=self.name,
                               default_schema=default_schema, tables=tables)
 
-    def _reflect_tables(self, inspector: Any, names: Sequence[str], schema: str | None, *,
-                        view: bool) -> list[TableInfo]:
+    def _catalog_hashes(self, conn: sa.Connection, schemas: Sequence[str],
+                        default_schema: str | None) -> dict[tuple[str | None, str], str]:
+        """A hash of each table's definition in the catalog, keyed (schema or None for the default, name),
+        read in one cheap query; empty where the adapter has none (every table is then reflected)."""
+        return {}
+
+    def _reflect_tables(self, inspector: Any, names: Sequence[str], schema: str | None, *, view: bool,
+                        kept: dict[tuple[str | None, str], TableInfo] | None = None) -> list[TableInfo]:
         """Reflect tables (or views) of one schema with SQLAlchemy's multi-table calls: one catalog query
         per kind of fact for the whole schema where the dialect batches them (PostgreSQL), the per-table
-        calls otherwise (SQLite); the same facts either way."""
-        if not names:
-            return []
-        kind = ObjectKind.VIEW if view else ObjectKind.TABLE
+        calls otherwise (SQLite); the same facts either way. Tables in `kept` are taken from there."""
+        kept = kept or {}
+        fresh = [n for n in names if (schema, n) not in kept]
+        reflected: dict[str, TableInfo] = {}
+        if fresh:
+            kind = ObjectKind.VIEW if view else ObjectKind.TABLE
+            # a partial reflection names its tables; a full one lets the dialect read the schema at once
+            only = {"filter_names": fresh} if len(fresh) < len(names) else {}
 
-        def by_name(facts: dict[tuple[str | None, str], Any]) -> dict[str, Any]:
-            return {key[1]: value for key, value in facts.items()}
+            def by_name(facts: dict[tuple[str | None, str], Any]) -> dict[str, Any]:
+                return {key[1]: value for key, value in facts.items()}
 
-        columns = by_name(inspector.get_multi_columns(schema=schema, kind=kind))
-        pks = {} if view else by_name(inspector.get_multi_pk_constraint(schema=schema, kind=kind))
-        fks = {} if view else by_name(inspector.get_multi_foreign_keys(schema=schema, kind=kind))
-        out = []
-        for name in names:
-            if name not in columns:  # not in the batch (e.g. created meanwhile): ask for it alone
-                out.append(self._reflect_table(inspector, name, schema, view=view))
-                continue
-            out.append(self._table_info(name, schema, view, columns[name], pks.get(name) or {}, fks.get(name) or []))
-        return out
+            columns = by_name(inspector.get_multi_columns(schema=schema, kind=kind, **only))
+            pks = {} if view else by_name(inspector.get_multi_pk_constraint(schema=schema, kind=kind, **only))
+            fks = {} if view else by_name(inspector.get_multi_foreign_keys(schema=schema, kind=kind, **only))
+            for name in fresh:
+                if name not in columns:  # not in the batch (e.g. created meanwhile): ask for it alone
+                    reflected[name] = self._reflect_table(inspector, name, schema, view=view)
+                else:
+                    reflected[name] = self._table_info(name, schema, view, columns[name], pks.get(name) or {},
+                                                       fks.get(name) or [])
+        return [reflected[n] if n in reflected else kept[(schema, n)] for n in names]
 
     def _reflect_table(self, inspector: Any, name: str, schema: str | None, *, view: bool) -> TableInfo:
         pk = {} if view else inspector.get_pk_constraint(name, schema=schema)
@@ -241,10 +260,16 @@ class Adapter(ABC):
         return TableInfo(name=name, schema_name=schema, kind="view" if view else "table", columns=columns,
                          primary_key=list(pk), foreign_keys=fks)
 
-    def _row_count(self, conn: sa.Connection, table: TableInfo) -> tuple[int | None, bool]:
-        """Exact row count (adapters with cheap estimates override this for large tables)."""
-        query = exp.select(exp.Count(this=exp.Star())).from_(table_expression(table.name, table.schema_name))
-        return int(conn.exec_driver_sql(query.sql(dialect=self.dialect)).scalar_one()), False
+    def _count_rows(self, conn: sa.Connection, tables: Sequence[TableInfo], default_schema: str | None) -> None:
+        """Set each table's exact row count (adapters with cheap estimates override this for large tables),
+        a few hundred tables per statement: one round trip per table cost more than the counting."""
+        for start in range(0, len(tables), ROW_COUNT_BATCH):
+            batch = tables[start:start + ROW_COUNT_BATCH]
+            sql = " UNION ALL ".join(
+                f"SELECT {i} AS n, COUNT(*) AS c FROM {table_expression(t.name, t.schema_name).sql(dialect=self.dialect)}"
+                for i, t in enumerate(batch))
+            for i, count in conn.exec_driver_sql(sql).all():
+                batch[int(i)].row_count, batch[int(i)].row_count_estimated = int(count), False
 
     # --- profile -----------------------------------------------------------------------------
 
@@ -376,6 +401,19 @@ class Adapter(ABC):
     def type_name(self, type_code: Any) -> str | None:
         """The driver's type code as a readable name."""
         return type_code if isinstance(type_code, str) else None
+
+
+def _unchanged_tables(previous: SchemaSnapshot | None,
+                      hashes: dict[tuple[str | None, str], str]) -> dict[tuple[str | None, str], TableInfo]:
+    """Copies (sharing their columns and keys) of the previous snapshot's tables whose catalog hash is unchanged and whose foreign keys point
+    at unchanged tables only (a key declared without columns takes the referenced table's primary key)."""
+    if previous is None or not hashes:
+        return {}
+    same = {(t.schema_name, t.name): t for t in previous.tables
+            if t.catalog_hash is not None and hashes.get((t.schema_name, t.name)) == t.catalog_hash}
+    names = {name for _, name in same}
+    return {key: t.model_copy(update={"row_count": None, "row_count_estimated": False})
+            for key, t in same.items() if all(fk.ref_table in names for fk in t.foreign_keys)}
 
 
 def _short(value: Any) -> str | None:

@@ -48,8 +48,9 @@ class DuckDBAdapter(Adapter):
             f"duckdb:///{path}", connect_args={"read_only": True, "config": dict(READ_ONLY_CONFIG)}
         )
 
-    def reflect(self) -> SchemaSnapshot:
-        """Reflection from DuckDB's own catalog functions (duckdb-engine's inspector lags DuckDB releases)."""
+    def reflect(self, previous: SchemaSnapshot | None = None) -> SchemaSnapshot:
+        """Reflection from DuckDB's own catalog functions (duckdb-engine's inspector lags DuckDB releases), in
+        three queries for the whole database, so `previous` is not needed."""
         try:
             return self._reflect()
         except Exception as exc:
@@ -94,9 +95,8 @@ class DuckDBAdapter(Adapter):
                     foreign_keys=[ForeignKey(columns=list(c[3]), ref_table=c[4], ref_columns=list(c[5]))
                                   for c in keys if c[2] == "FOREIGN KEY"],
                 )
-                if kind == "table":
-                    table.row_count, table.row_count_estimated = self._row_count(conn, table)
                 tables.append(table)
+            self._count_rows(conn, [t for t in tables if t.kind == "table"], default_schema)
         return SchemaSnapshot(datasource_id=self.datasource_id, dialect=self.name,
                               default_schema=default_schema, tables=tables)
 

@@ -40,6 +40,9 @@ class TableInfo(BaseModel):
     row_count: int | None = None
     row_count_estimated: bool = False
     comment: str | None = None
+    catalog_hash: str | None = Field(
+        default=None, description="A hash of the table's definition in the catalog, where the adapter reads one: "
+        "a rebuild reflects again only the tables whose hash changed.")
 
     def column(self, name: str) -> ColumnInfo | None:
         """The column with this name (exact match first, then case-insensitive)."""

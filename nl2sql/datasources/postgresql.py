@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
@@ -18,6 +18,18 @@ PRIVILEGE_CHECK = (
     "SELECT r.rolsuper OR " + " OR ".join(f"pg_has_role(current_user, '{r}', 'MEMBER')" for r in PRIVILEGED_ROLES)
     + " FROM pg_roles r WHERE r.rolname = current_user"
 )
+
+#: Per table or view of the given schemas: an md5 of its columns and key definitions as the catalog holds them.
+CATALOG_HASHES = """
+SELECT n.nspname, c.relname, md5(concat_ws('|', c.relkind,
+    (SELECT string_agg(concat_ws(' ', a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+                                 col_description(c.oid, a.attnum)), ',' ORDER BY a.attnum)
+     FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped),
+    (SELECT string_agg(pg_get_constraintdef(k.oid), ',' ORDER BY k.conname)
+     FROM pg_constraint k WHERE k.conrelid = c.oid AND k.contype IN ('p', 'f'))))
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relkind IN ('r', 'p', 'f', 'v', 'm') AND n.nspname = ANY(%(schemas)s)
+"""
 
 #: Above this estimated size, row counts come from the planner's statistics instead of COUNT(*).
 ESTIMATE_ABOVE_ROWS = 1_000_000
@@ -97,12 +109,27 @@ class PostgreSQLAdapter(Adapter):
             return None
         return info.name if info else None
 
-    def _row_count(self, conn: sa.Connection, table: TableInfo) -> tuple[int | None, bool]:
-        estimate = conn.exec_driver_sql(
-            "SELECT c.reltuples::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE c.relname = %(name)s AND n.nspname = COALESCE(%(schema)s, current_schema())",
-            {"name": table.name, "schema": table.schema_name},
-        ).scalar()
-        if estimate is not None and estimate > ESTIMATE_ABOVE_ROWS:
-            return int(estimate), True
-        return super()._row_count(conn, table)
+    def _catalog_hashes(self, conn: sa.Connection, schemas: Sequence[str],
+                        default_schema: str | None) -> dict[tuple[str | None, str], str]:
+        """An md5 per table or view over what reflection reads: columns (name, type, nullability, comment) and
+        the primary and foreign key definitions, all in one catalog query."""
+        rows = conn.exec_driver_sql(CATALOG_HASHES, {"schemas": list(schemas)}).all()
+        return {(None if schema == default_schema else schema, name): digest for schema, name, digest in rows}
+
+    def _count_rows(self, conn: sa.Connection, tables: Sequence[TableInfo], default_schema: str | None) -> None:
+        """The planner's estimate for tables above ESTIMATE_ABOVE_ROWS (one catalog query for all), exact
+        counts for the rest."""
+        rows = conn.exec_driver_sql(
+            "SELECT n.nspname, c.relname, c.reltuples::bigint FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = ANY(%(schemas)s)",
+            {"schemas": sorted({t.schema_name or default_schema or "public" for t in tables})},
+        ).all()
+        estimates = {(schema, name): estimate for schema, name, estimate in rows}
+        exact = []
+        for table in tables:
+            estimate = estimates.get((table.schema_name or default_schema, table.name))
+            if estimate is not None and estimate > ESTIMATE_ABOVE_ROWS:
+                table.row_count, table.row_count_estimated = int(estimate), True
+            else:
+                exact.append(table)
+        super()._count_rows(conn, exact, default_schema)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,15 @@ class SQLiteAdapter(Adapter):
             return conn
 
         return sa.create_engine("sqlite://", creator=connect)
+
+    def _catalog_hashes(self, conn: sa.Connection, schemas: Sequence[str],
+                        default_schema: str | None) -> dict[tuple[str | None, str], str]:
+        """The hash of each table's CREATE statement as SQLite keeps it (ALTER TABLE rewrites it); views have
+        none, so they are always reflected (their columns follow the tables they read)."""
+        if any(schema != default_schema for schema in schemas):
+            return {}
+        rows = conn.exec_driver_sql("SELECT name, sql FROM sqlite_master WHERE type = 'table'").all()
+        return {(None, name): hashlib.sha256(sql.encode()).hexdigest()[:16] for name, sql in rows if sql}
 
     @contextmanager
     def _statement(self, dbapi: Any, timeout_s: float) -> Iterator[Any]:

@@ -63,11 +63,13 @@ class BuildResult:
 
 
 def plan_build(adapter: Adapter, store: StateStore, *, full: bool = False) -> BuildPlan:
-    """Reflect, and compare with the live build: which tables must be profiled again (all of them when the live
-    build is of another entry format)."""
-    snapshot = adapter.reflect()
+    """Reflect (from the live build's snapshot where the catalog says a table is unchanged), and compare with
+    the live build: which tables must be profiled again (all of them when the live build is of another entry
+    format)."""
     live = store.live_build(adapter.datasource_id)
     previous = store.snapshot(adapter.datasource_id, live.fingerprint) if live and live.fingerprint else None
+    # tables whose catalog definition is unchanged are not reflected again (a full build reflects all)
+    snapshot = adapter.reflect(None if full else previous)
     names = [qualified(t) for t in snapshot.tables]
     if full or live is None or previous is None or live.stats.get("entry_format") != ENTRY_FORMAT:
         return BuildPlan(snapshot, fingerprint(snapshot), names, previous=previous)
