@@ -63,6 +63,9 @@ STRATEGIES = ROUTE_STRATEGIES
 FLOOR_RATIOS = (0.5, 0.6, 0.7, 0.8, 0.9)
 ABLATION_FLOORS = (0.6, 0.8)
 PG_SERVER_URL = os.environ.get("NL2SQL_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+#: Multiply-adds ×2 per token of all-MiniLM-L6-v2: 6 layers of Q, K, V and output projections (4 × 384²) and the
+#: feed-forward pair (2 × 384 × 1536); attention scores over ~25-token texts add under 1%.
+FLOP_PER_TOKEN = 2 * 6 * (4 * 384 * 384 + 2 * 384 * 1536)
 TARGETS = {"full_build_s": 60.0, "incremental_s": 3.0, "retrieval_p95_ms": 50.0, "recall_at_20": 0.99,
            "routing_top1": 0.95}
 
@@ -247,11 +250,13 @@ def wide_benchmark(sizes: Sizes, seed: int, work: Path, store: StateStore, embed
 def embedding_figures(store: StateStore, embedder: Embedder, n: int = 2000) -> dict[str, Any]:
     """Texts per second for the first `n` entries of the wide build (in build order): the fused graph the
     embedder runs against the model file's graph as shipped (same batching, in this process, alternated), the least
-    cosine between their vectors, and the machine's float32 matrix-multiply speed, so runs on different
-    machines can be compared."""
+    cosine between their vectors, the machine's float32 matrix-multiply speed, and the time the build's tokens
+    need at that speed (the embedding's floor), so runs on different machines can be compared."""
     info = store.live_build("wide")
     assert info is not None
-    texts = [e.text for e in store.entries(info.build_id)][:n]
+    every = [e.text for e in store.entries(info.build_id)]
+    build_tokens = sum(embedder.token_counts(list(dict.fromkeys(every))))
+    texts = every[:n]
     tokens = embedder.token_counts(texts)
     shipped = Embedder(threads=embedder.threads, fused=False)
     shipped.embed(texts[:8])  # load outside the timing
@@ -262,10 +267,12 @@ def embedding_figures(store: StateStore, embedder: Embedder, n: int = 2000) -> d
     current = min(r[1][1] for r in rounds)
     a = np.random.default_rng(0).standard_normal((1024, 1024), dtype=np.float32)
     _, matmul = timed(lambda: [a @ a for _ in range(20)])
+    gflops = 20 * 2 * 1024**3 / matmul / 1e9
     return {"texts": len(texts), "tokens": int(sum(tokens)), "texts_per_s": round(len(texts) / current, 1),
             "baseline_texts_per_s": round(len(texts) / baseline, 1), "speedup": round(baseline / current, 2),
             "least_cosine_to_baseline": round(float((vectors * baseline_vectors).sum(axis=1).min()), 6),
-            "matmul_gflops": round(20 * 2 * 1024**3 / matmul / 1e9, 1)}
+            "matmul_gflops": round(gflops, 1), "build_tokens": int(build_tokens),
+            "arithmetic_floor_s": round(build_tokens * FLOP_PER_TOKEN / (gflops * 1e9), 1)}
 
 
 def postgres_wide(tables: list[Any], store: StateStore, embedder: Embedder, profile: ProfileSettings,
@@ -490,6 +497,10 @@ def render(report: dict[str, Any]) -> str:
         f"graph as shipped: {e['baseline_texts_per_s']} texts/s (×{e['speedup']}, least cosine "
         f"{e['least_cosine_to_baseline']}); "
         f"machine: {e['matmul_gflops']} GFLOP/s float32 matmul")
+    if "arithmetic_floor_s" in e:
+        add("  embedding's arithmetic floor", f"{e['build_tokens']} tokens × {FLOP_PER_TOKEN / 1e6:.1f} MFLOP = "
+            f"{e['build_tokens'] * FLOP_PER_TOKEN / 1e12:.1f} TFLOP: ≥ {e['arithmetic_floor_s']} s at this "
+            "machine's matmul speed")
     g = w["sqlite_full_warm"]
     add("SQLite full rebuild (warm embedding cache)", f"{g['wall_s']:.1f} s")
     add("  stages (s)", stages(g))
