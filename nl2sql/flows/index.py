@@ -20,7 +20,6 @@ from nl2sql.events.prefect_events import forward_to_prefect
 from nl2sql.index.build import BuildResult
 from nl2sql.index.embed import shared_embedder
 from nl2sql.index.store import StateStore
-from nl2sql.schema.snapshot import diff_snapshots
 from nl2sql.tasks import index as steps
 from nl2sql.verified.match import index_entries_of
 
@@ -122,7 +121,7 @@ def build_one(config: Config, catalog: DatasourceCatalog, store: StateStore, dat
     return BuildResult(datasource_id=datasource_id, build_id=build_id, replaced=replaced, fingerprint=plan.fingerprint,
                        counts=counts, embedded=embedded, cached=cached, index_kind=kind, recall_at_20=recall,
                        seconds={k: round(v, 3) for k, v in seconds.items()},
-                       diff=diff_snapshots(plan.previous, plan.snapshot), tables=len(plan.snapshot.tables),
+                       diff=plan.diff, tables=len(plan.snapshot.tables),
                        changed_tables=plan.changed_tables)
 
 

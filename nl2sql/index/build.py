@@ -34,13 +34,15 @@ EMBED_CHUNK = 256
 
 @dataclass
 class BuildPlan:
-    """What a build will do: the snapshot, which tables need profiling, which entries carry over."""
+    """What a build will do: the snapshot, which tables need profiling, which entries carry over, and what changed
+    since the live build."""
 
     snapshot: SchemaSnapshot
     fingerprint: str
     changed_tables: list[str]
     reused: list[Entry] = field(default_factory=list)
     previous: SchemaSnapshot | None = None
+    diff: SchemaDiff = field(default_factory=SchemaDiff)
 
 
 @dataclass
@@ -72,14 +74,16 @@ def plan_build(adapter: Adapter, store: StateStore, *, full: bool = False) -> Bu
     snapshot = adapter.reflect(None if full else previous)
     names = [qualified(t) for t in snapshot.tables]
     if full or live is None or previous is None or live.stats.get("entry_format") != ENTRY_FORMAT:
-        return BuildPlan(snapshot, fingerprint(snapshot), names, previous=previous)
+        return BuildPlan(snapshot, fingerprint(snapshot), names, previous=previous,
+                         diff=diff_snapshots(previous, snapshot))
     old_shapes, new_shapes = table_fingerprints(previous), table_fingerprints(snapshot)
     old_rows = {qualified(t): t.row_count for t in previous.tables}
     new_rows = {qualified(t): t.row_count for t in snapshot.tables}
     changed = [n for n in names if old_shapes.get(n) != new_shapes[n] or old_rows.get(n) != new_rows[n]]
     keep = set(names) - set(changed)
     reused = [e for e in store.entries(live.build_id) if e.kind in ("table", "column", "relationship") and e.table in keep]
-    return BuildPlan(snapshot, fingerprint(snapshot), changed, reused=reused, previous=previous)
+    return BuildPlan(snapshot, fingerprint(snapshot), changed, reused=reused, previous=previous,
+                     diff=diff_snapshots(previous, snapshot))
 
 
 def profile_tables(adapter: Adapter, plan: BuildPlan, settings: ProfileSettings,
@@ -178,7 +182,7 @@ def build_datasource(adapter: Adapter, store: StateStore, embedder: Embedder, *,
     return BuildResult(datasource_id=adapter.datasource_id, build_id=build_id, replaced=replaced,
                        fingerprint=plan.fingerprint, counts=dict(Counter(e.kind for e in entries)), embedded=embedded,
                        cached=cached, index_kind=kind, recall_at_20=recall, seconds=seconds,
-                       diff=diff_snapshots(plan.previous, plan.snapshot), tables=len(plan.snapshot.tables),
+                       diff=plan.diff, tables=len(plan.snapshot.tables),
                        changed_tables=plan.changed_tables)
 
 
@@ -192,6 +196,6 @@ def commit_index(store: StateStore, build_id: str, plan: BuildPlan, entries: Seq
     stats = {"counts": dict(Counter(e.kind for e in entries)), "recall_at_20": recall,
              "changed_tables": len(plan.changed_tables), "entry_format": ENTRY_FORMAT}
     replaced = store.commit_build(build_id, snapshot=plan.snapshot, fingerprint=plan.fingerprint,
-                                  diff=diff_snapshots(plan.previous, plan.snapshot), index_kind=kind,
+                                  diff=plan.diff, index_kind=kind,
                                   entry_count=len(entries), stats=stats, keep=keep)
     return replaced, kind, recall
