@@ -266,8 +266,9 @@ def embedding_figures(store: StateStore, embedder: Embedder, n: int = 2000) -> d
     baseline = min(r[0][1] for r in rounds)
     current = min(r[1][1] for r in rounds)
     a = np.random.default_rng(0).standard_normal((1024, 1024), dtype=np.float32)
-    _, matmul = timed(lambda: [a @ a for _ in range(20)])
-    gflops = 20 * 2 * 1024**3 / matmul / 1e9
+    # the best of five: the floor is what the machine can do, and a shared host's speed comes and goes
+    matmul = min(timed(lambda: [a @ a for _ in range(10)])[1] for _ in range(5))
+    gflops = 10 * 2 * 1024**3 / matmul / 1e9
     return {"texts": len(texts), "tokens": int(sum(tokens)), "texts_per_s": round(len(texts) / current, 1),
             "baseline_texts_per_s": round(len(texts) / baseline, 1), "speedup": round(baseline / current, 2),
             "least_cosine_to_baseline": round(float((vectors * baseline_vectors).sum(axis=1).min()), 6),
