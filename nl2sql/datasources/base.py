@@ -265,9 +265,8 @@ class Adapter(ABC):
         a few hundred tables per statement: one round trip per table cost more than the counting."""
         for start in range(0, len(tables), ROW_COUNT_BATCH):
             batch = tables[start:start + ROW_COUNT_BATCH]
-            sql = " UNION ALL ".join(
-                f"SELECT {i} AS n, COUNT(*) AS c FROM {table_expression(t.name, t.schema_name).sql(dialect=self.dialect)}"
-                for i, t in enumerate(batch))
+            sources = [table_expression(t.name, t.schema_name).sql(dialect=self.dialect) for t in batch]
+            sql = " UNION ALL ".join(f"SELECT {i} AS n, COUNT(*) AS c FROM {src}" for i, src in enumerate(sources))
             for i, count in conn.exec_driver_sql(sql).all():
                 batch[int(i)].row_count, batch[int(i)].row_count_estimated = int(count), False
 
@@ -405,8 +404,9 @@ class Adapter(ABC):
 
 def _unchanged_tables(previous: SchemaSnapshot | None,
                       hashes: dict[tuple[str | None, str], str]) -> dict[tuple[str | None, str], TableInfo]:
-    """Copies (sharing their columns and keys) of the previous snapshot's tables whose catalog hash is unchanged and whose foreign keys point
-    at unchanged tables only (a key declared without columns takes the referenced table's primary key)."""
+    """Copies (sharing their columns and keys) of the previous snapshot's tables whose catalog hash is unchanged
+    and whose foreign keys point at unchanged tables only (a key declared without columns takes the referenced
+    table's primary key)."""
     if previous is None or not hashes:
         return {}
     same = {(t.schema_name, t.name): t for t in previous.tables

@@ -119,10 +119,11 @@ class PostgreSQLAdapter(Adapter):
     def _count_rows(self, conn: sa.Connection, tables: Sequence[TableInfo], default_schema: str | None) -> None:
         """The planner's estimate for tables above ESTIMATE_ABOVE_ROWS (one catalog query for all), exact
         counts for the rest."""
+        schemas = {table.schema_name or default_schema for table in tables}
         rows = conn.exec_driver_sql(
             "SELECT n.nspname, c.relname, c.reltuples::bigint FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = ANY(%(schemas)s)",
-            {"schemas": sorted({t.schema_name or default_schema or "public" for t in tables})},
+            {"schemas": sorted(s for s in schemas if s)},
         ).all()
         estimates = {(schema, name): estimate for schema, name, estimate in rows}
         exact = []
