@@ -11,7 +11,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from functools import cache, cached_property
+from functools import cache, cached_property, lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -46,6 +46,12 @@ def is_text_type(type_name: str) -> bool:
 
 def _ident(name: str) -> exp.Identifier:
     return exp.to_identifier(name, quoted=True)
+
+
+@lru_cache(maxsize=65_536)
+def _quoted(name: str, dialect: str) -> str:
+    """An identifier quoted for a dialect (profiling quotes every column of every table: rendered once each)."""
+    return _ident(name).sql(dialect=dialect)
 
 
 def table_expression(name: str, schema: str | None = None) -> exp.Table:
@@ -106,7 +112,7 @@ class ProfileSql:
 
     def _fill(self, template: str, source: str, column: str, position: int) -> str:
         # one pass, so a name that happens to hold a placeholder is never rewritten
-        values = {self._quoted_table: source, self._quoted_column: _ident(column).sql(dialect=self.dialect),
+        values = {self._quoted_table: source, self._quoted_column: _quoted(column, self.dialect),
                   _POSITION: str(position)}
         return self._placeholders.sub(lambda m: values[m.group(0)], template)
 
@@ -278,22 +284,24 @@ class Adapter(ABC):
         """Null share, distinct count, min/max of each column over a bounded sample; for text columns with
         at most `low_cardinality` distinct values, their `max_sample_values` most frequent values."""
         profiles: list[ColumnProfile] = []
+        wanted = None if tables is None else set(tables)
         for table in snapshot.tables:
-            if tables is not None and table.name not in tables:
-                continue
-            profiles.extend(self._profile_table(table, sample_rows, max_sample_values, low_cardinality))
+            if wanted is None or table.name in wanted:
+                profiles += self.profile_table(table, sample_rows=sample_rows, max_sample_values=max_sample_values,
+                                               low_cardinality=low_cardinality)
         return profiles
 
-    def _profile_table(self, table: TableInfo, sample_rows: int, max_sample_values: int,
-                       low_cardinality: int) -> list[ColumnProfile]:
-        # Two statements per table: the column statistics, then the frequent values of every
-        # low-cardinality text column at once.
+    def profile_table(self, table: TableInfo, *, sample_rows: int = 100_000, max_sample_values: int = 20,
+                      low_cardinality: int = 50) -> list[ColumnProfile]:
+        """`profile` of one table, in two statements: the column statistics, then the frequent values of every
+        low-cardinality text column at once."""
         if not table.columns:
             return []
         sql = _profile_sql(self.dialect, sample_rows, max_sample_values)
         source = table_expression(table.name, table.schema_name).sql(dialect=self.dialect)
-        stats = self._run(sql.statistics(source, [c.name for c in table.columns]), row_limit=1,
-                          timeout_s=120).frame.iloc[0]
+        description, rows = self._fetch(sql.statistics(source, [c.name for c in table.columns]), row_limit=1,
+                                        timeout_s=120)
+        stats = dict(zip([d[0] for d in description], rows[0], strict=True))
         n = int(stats["n"])
         low = [col.name for i, col in enumerate(table.columns)
                if is_text_type(col.type) and 0 < int(stats[f"d_{i}"]) <= low_cardinality] if max_sample_values else []
@@ -319,9 +327,9 @@ class Adapter(ABC):
         in the column's own order), in one statement: a UNION ALL of one grouping per column."""
         sql = _profile_sql(self.dialect, sample_rows, limit)
         source = table_expression(table.name, table.schema_name).sql(dialect=self.dialect)
-        frame = self._run(sql.frequent_values(source, columns), row_limit=limit * len(columns), timeout_s=120).frame
+        _, rows = self._fetch(sql.frequent_values(source, columns), row_limit=limit * len(columns), timeout_s=120)
         out: dict[str, list[str]] = {c: [] for c in columns}
-        for k, value in zip(frame.iloc[:, 0], frame.iloc[:, 1], strict=True):
+        for k, value, *_ in rows:
             if (text := _short(value)) is not None:
                 out[columns[int(k)]].append(text)
         return out
@@ -357,13 +365,27 @@ class Adapter(ABC):
     def _run(self, sql: str, *, row_limit: int, timeout_s: float) -> ExecutionResult:
         """Run a statement with no guard (callers guard, or built it themselves)."""
         started = time.perf_counter()
+        description, rows = self._fetch(sql, row_limit=row_limit + 1, timeout_s=timeout_s)
+        names = [d[0] for d in description]
+        truncated = len(rows) > row_limit
+        frame = pd.DataFrame.from_records(list(rows[:row_limit]), columns=names) if names else pd.DataFrame()
+        columns = [ColumnMeta(name=d[0], type=self.type_name(d[1])) for d in description]
+        for meta, dtype in zip(columns, frame.dtypes, strict=False):
+            if meta.type is None and len(frame):
+                meta.type = str(dtype)
+        return ExecutionResult(frame=frame, columns=columns, truncated=truncated,
+                               elapsed_ms=(time.perf_counter() - started) * 1000, sql=sql)
+
+    def _fetch(self, sql: str, *, row_limit: int, timeout_s: float) -> tuple[Sequence[Any], list[tuple]]:
+        """(the cursor's description, at most `row_limit` rows) of a statement with no guard, as the driver gives
+        them: profiling reads thousands of one-row results, for which building a DataFrame cost more than the query."""
         try:
             with self.engine.connect() as conn:
                 dbapi = conn.connection.dbapi_connection
                 with self._statement(dbapi, timeout_s) as cursor:
                     cursor.execute(sql, **self.execute_kwargs)
                     description = cursor.description or []
-                    rows = cursor.fetchmany(row_limit + 1) if description else []
+                    rows = cursor.fetchmany(row_limit) if description else []
                 conn.rollback()
         except DatasourceError:
             raise
@@ -376,15 +398,7 @@ class Adapter(ABC):
                     datasource=self.datasource_id,
                 ) from exc
             raise self._error(exc, "The statement") from exc
-        names = [d[0] for d in description]
-        truncated = len(rows) > row_limit
-        frame = pd.DataFrame.from_records(list(rows[:row_limit]), columns=names) if names else pd.DataFrame()
-        columns = [ColumnMeta(name=d[0], type=self.type_name(d[1])) for d in description]
-        for meta, dtype in zip(columns, frame.dtypes, strict=False):
-            if meta.type is None and len(frame):
-                meta.type = str(dtype)
-        return ExecutionResult(frame=frame, columns=columns, truncated=truncated,
-                               elapsed_ms=(time.perf_counter() - started) * 1000, sql=sql)
+        return description, list(rows)
 
     #: Extra keyword arguments for `cursor.execute` (PostgreSQL prepares, so one statement only).
     execute_kwargs: ClassVar[dict[str, Any]] = {}

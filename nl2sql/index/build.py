@@ -98,9 +98,9 @@ def profile_tables(adapter: Adapter, plan: BuildPlan, settings: ProfileSettings,
     todo = [t for t in plan.snapshot.tables if qualified(t) in changed]
     for done, table in enumerate(todo, start=1):
         try:
-            profiles += adapter.profile(plan.snapshot, sample_rows=settings.sample_rows,
-                                        max_sample_values=settings.max_sample_values,
-                                        low_cardinality=settings.low_cardinality, tables=[table.name])
+            profiles += adapter.profile_table(table, sample_rows=settings.sample_rows,
+                                              max_sample_values=settings.max_sample_values,
+                                              low_cardinality=settings.low_cardinality)
         except Exception as exc:  # one table's profile must not sink the build
             cause = getattr(exc, "__cause__", None) or exc
             for column in table.columns:

@@ -72,6 +72,13 @@ def test_profile_values_and_bounds(chinook: Adapter) -> None:
     assert {p.sampled_rows for p in bounded} == {500}
 
 
+def test_profile_bounds_keep_the_database_types(chinook: Adapter) -> None:
+    # every column of InvoiceLine is numeric: read through a one-row DataFrame, its integers came back as floats
+    line = {p.column: p for p in chinook.profile_table(chinook.reflect().table("InvoiceLine"))}
+    assert (line["InvoiceId"].min, line["InvoiceId"].max) == ("1", "412")
+    assert (line["UnitPrice"].min, line["UnitPrice"].max) == ("0.99", "1.99")
+
+
 def test_execute_row_limit_and_metadata(chinook: Adapter) -> None:
     sql = 'SELECT "Name", "Milliseconds" FROM "Track" ORDER BY "TrackId"'
     result = chinook.execute(sql, row_limit=10)

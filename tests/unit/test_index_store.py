@@ -127,14 +127,14 @@ def test_a_table_that_cannot_be_profiled_is_indexed_without_statistics(support_c
     from nl2sql.errors import DatasourceError
     from nl2sql.index.build import plan_build, profile_tables
 
-    original = Adapter.profile
+    original = Adapter.profile_table
 
-    def failing(self, snapshot, **kwargs):
-        if kwargs.get("tables") == ["agents"]:
+    def failing(self, table, **kwargs):
+        if table.name == "agents":
             raise DatasourceError("value 'Secret Name' could not be cast")
-        return original(self, snapshot, **kwargs)
+        return original(self, table, **kwargs)
 
-    monkeypatch.setattr(Adapter, "profile", failing)
+    monkeypatch.setattr(Adapter, "profile_table", failing)
     adapter = adapter_class("sqlite")("support", f"sqlite:///{support_copy}")
     issues: list[tuple[str, str, str, str]] = []
     plan = plan_build(adapter, StateStore(tmp_path / "state"))
