@@ -52,7 +52,7 @@ import numpy as np
 from nl2sql.config.models import ProfileSettings, RoutingSettings
 from nl2sql.datasources import adapter_class
 from nl2sql.index.build import BuildResult, build_datasource
-from nl2sql.index.embed import Embedder
+from nl2sql.index.embed import PRECISIONS, Embedder
 from nl2sql.index.retrieve import Retriever
 from nl2sql.index.route import ROUTE_STRATEGIES, default_floor, route
 from nl2sql.index.store import StateStore
@@ -248,10 +248,11 @@ def wide_benchmark(sizes: Sizes, seed: int, work: Path, store: StateStore, embed
 
 
 def embedding_figures(store: StateStore, embedder: Embedder, n: int = 2000) -> dict[str, Any]:
-    """Texts per second for the first `n` entries of the wide build (in build order): the fused graph the
-    embedder runs against the model file's graph as shipped (same batching, in this process, alternated), the least
-    cosine between their vectors, the machine's float32 matrix-multiply speed, and the time the build's tokens
-    need at that speed (the embedding's floor), so runs on different machines can be compared."""
+    """Texts per second for the first `n` entries of the wide build (in build order): the embedder the build
+    ran (int8 products by default), the fused float32 graph and the model file's graph as shipped (same
+    batching, in this process, alternated); the cosines between their vectors; the machine's float32
+    matrix-multiply speed and the time the build's tokens need at that speed in float32 (the float graph's
+    floor), so runs on different machines can be compared."""
     info = store.live_build("wide")
     assert info is not None
     every = [e.text for e in store.entries(info.build_id)]
@@ -259,21 +260,26 @@ def embedding_figures(store: StateStore, embedder: Embedder, n: int = 2000) -> d
     texts = every[:n]
     tokens = embedder.token_counts(texts)
     shipped = Embedder(threads=embedder.threads, fused=False)
-    shipped.embed(texts[:8])  # load outside the timing
+    fused = Embedder(threads=embedder.threads, precision="float32")
+    for other in (shipped, fused):
+        other.embed(texts[:8])  # load outside the timing
     # alternated, best of two each: other tenants' load on a shared host comes and goes within a run
-    rounds = [(timed(lambda: shipped.embed(texts)), timed(lambda: embedder.embed(texts))) for _ in range(2)]
-    baseline_vectors, vectors = rounds[0][0][0], rounds[0][1][0]
-    baseline = min(r[0][1] for r in rounds)
-    current = min(r[1][1] for r in rounds)
+    rounds = [[timed(lambda e=e: e.embed(texts)) for e in (shipped, fused, embedder)] for _ in range(2)]
+    (baseline_vectors, _), (float_vectors, _), (vectors, _) = rounds[0]
+    baseline, float_s, current = (min(r[i][1] for r in rounds) for i in range(3))
+    to_float = (vectors * float_vectors).sum(axis=1)
     a = np.random.default_rng(0).standard_normal((1024, 1024), dtype=np.float32)
     # the best of five: the floor is what the machine can do, and a shared host's speed comes and goes
     matmul = min(timed(lambda: [a @ a for _ in range(10)])[1] for _ in range(5))
     gflops = 10 * 2 * 1024**3 / matmul / 1e9
-    return {"texts": len(texts), "tokens": int(sum(tokens)), "texts_per_s": round(len(texts) / current, 1),
+    return {"texts": len(texts), "tokens": int(sum(tokens)), "precision": embedder.precision,
+            "texts_per_s": round(len(texts) / current, 1),
+            "float_texts_per_s": round(len(texts) / float_s, 1), "speedup_over_float": round(float_s / current, 2),
             "baseline_texts_per_s": round(len(texts) / baseline, 1), "speedup": round(baseline / current, 2),
-            "least_cosine_to_baseline": round(float((vectors * baseline_vectors).sum(axis=1).min()), 6),
+            "fused_float_least_cosine_to_baseline": round(float((float_vectors * baseline_vectors).sum(axis=1).min()), 6),
+            "mean_cosine_to_float": round(float(to_float.mean()), 5), "least_cosine_to_float": round(float(to_float.min()), 5),
             "matmul_gflops": round(gflops, 1), "build_tokens": int(build_tokens),
-            "arithmetic_floor_s": round(build_tokens * FLOP_PER_TOKEN / (gflops * 1e9), 1)}
+            "float_arithmetic_floor_s": round(build_tokens * FLOP_PER_TOKEN / (gflops * 1e9), 1)}
 
 
 def postgres_wide(tables: list[Any], store: StateStore, embedder: Embedder, profile: ProfileSettings,
@@ -435,14 +441,15 @@ def routing_benchmark(sizes: Sizes, seed: int, work: Path, store: StateStore, em
 
 
 def run(sizes: Sizes, *, seed: int = 42, postgres: bool = True, trace: bool = True, state: Path | None = None,
-        threads: int = 2, quiet: bool = False) -> dict[str, Any]:
+        threads: int = 2, precision: str = "int8", quiet: bool = False) -> dict[str, Any]:
     """Every measurement; the report as a dict."""
     with tempfile.TemporaryDirectory(prefix="nl2sql-bench-") as tmp:
         work = Path(tmp)
         store = StateStore(state or work / "state")
-        embedder = Embedder(threads=threads)
+        embedder = Embedder(threads=threads, precision=precision)
         _, load_s = timed(lambda: embedder.embed(["warm up"]))
-        report: dict[str, Any] = {"sizes": asdict(sizes), "seed": seed, "threads": threads, "cpus": os.cpu_count(),
+        report: dict[str, Any] = {"sizes": asdict(sizes), "seed": seed, "threads": threads, "precision": precision,
+                                  "cpus": os.cpu_count(),
                                   "embedder_load_s": round(load_s, 2), "state_reused": state is not None}
         wide, tables = wide_benchmark(sizes, seed, work, store, embedder, postgres, trace, quiet)
         report["wide"] = wide
@@ -495,14 +502,15 @@ def render(report: dict[str, Any]) -> str:
         f"{f['index_kind']}")
     add("  embedded / cached", f"{f['embedded']} / {f['cached']}")
     e = w["embedding"]
-    add("  embedding throughput", f"{e['texts_per_s']} texts/s over {e['texts']} texts ({e['tokens']} tokens); "
-        f"graph as shipped: {e['baseline_texts_per_s']} texts/s (×{e['speedup']}, least cosine "
-        f"{e['least_cosine_to_baseline']}); "
-        f"machine: {e['matmul_gflops']} GFLOP/s float32 matmul")
-    if "arithmetic_floor_s" in e:
-        add("  embedding's arithmetic floor", f"{e['build_tokens']} tokens × {FLOP_PER_TOKEN / 1e6:.1f} MFLOP = "
-            f"{e['build_tokens'] * FLOP_PER_TOKEN / 1e12:.1f} TFLOP: ≥ {e['arithmetic_floor_s']} s at this "
-            "machine's matmul speed")
+    if "float_arithmetic_floor_s" in e:
+        add("  embedding throughput", f"{e['texts_per_s']} texts/s ({e['precision']}) over {e['texts']} texts "
+            f"({e['tokens']} tokens); fused float32: {e['float_texts_per_s']} texts/s (×{e['speedup_over_float']}; "
+            f"cosine to it mean {e['mean_cosine_to_float']}, least {e['least_cosine_to_float']}); graph as shipped: "
+            f"{e['baseline_texts_per_s']} texts/s (×{e['speedup']}); machine: {e['matmul_gflops']} GFLOP/s "
+            "float32 matmul")
+        add("  float32 arithmetic floor", f"{e['build_tokens']} tokens × {FLOP_PER_TOKEN / 1e6:.1f} MFLOP = "
+            f"{e['build_tokens'] * FLOP_PER_TOKEN / 1e12:.1f} TFLOP: ≥ {e['float_arithmetic_floor_s']} s at this "
+            "machine's float matmul speed")
     g = w["sqlite_full_warm"]
     add("SQLite full rebuild (warm embedding cache)", f"{g['wall_s']:.1f} s")
     add("  stages (s)", stages(g))
@@ -576,6 +584,7 @@ def main(argv: Sequence[str] | None = None, *, sizes: Sizes | None = None) -> di
     parser.add_argument("--databases", type=int, help="databases in the test bed")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--threads", type=int, default=2, help="embedder threads")
+    parser.add_argument("--precision", choices=PRECISIONS, default="int8", help="embedder precision")
     parser.add_argument("--no-postgres", action="store_true", help="skip the PostgreSQL build")
     parser.add_argument("--no-tracemalloc", action="store_true", help="skip the traced rebuild (memory peak)")
     parser.add_argument("--state", type=Path, help="reuse this state folder (embedding cache) instead of a fresh one")
@@ -588,7 +597,7 @@ def main(argv: Sequence[str] | None = None, *, sizes: Sizes | None = None) -> di
     if args.databases:
         chosen = replace(chosen, databases=args.databases)
     report = run(chosen, seed=args.seed, postgres=not args.no_postgres, trace=not args.no_tracemalloc,
-                 state=args.state, threads=args.threads, quiet=args.quiet)
+                 state=args.state, threads=args.threads, precision=args.precision, quiet=args.quiet)
     print(render(report))
     out = args.out or HERE / ("index_wide.quick.json" if args.quick else "index_wide.json")
     out.write_text(json.dumps(report, indent=2) + "\n")

@@ -34,7 +34,7 @@ import yaml
 
 from nl2sql.config import load_config
 from nl2sql.demo import init_demo
-from nl2sql.index.embed import Embedder
+from nl2sql.index.embed import shared_embedder
 from nl2sql.index.retrieve import Retriever
 from nl2sql.index.route import route
 from nl2sql.index.service import build_configured
@@ -130,7 +130,7 @@ def build(workdir: Path):
         init_demo(workdir, env={})
     config = load_config(config_path)
     store = StateStore(config.state_dir)
-    embedder = Embedder()
+    embedder = shared_embedder()  # NL2SQL_EMBED_PRECISION picks int8 (default) or float32
     build_configured(config, store, embedder)
     return config, Retriever(store, embedder)
 

@@ -36,7 +36,7 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path, capsys: pytest.Cap
     printed = capsys.readouterr().out
     for label in ("SQLite full build", "incremental", "peak memory", "retrieval schema_for", "recall@20, wide build",
                   "recall@20, synthetic", "routing latency", "default routing", "best of the grid",
-                  "embedding throughput", "embedding's arithmetic floor"):
+                  "embedding throughput", "float32 arithmetic floor"):
         assert label in printed
 
     wide = report["wide"]
@@ -74,8 +74,10 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path, capsys: pytest.Cap
     assert routing["default"]["strategy"] == "evidence"
     embedding = wide["embedding"]
     assert embedding["texts"] > 0 and embedding["texts_per_s"] > 0 and embedding["baseline_texts_per_s"] > 0
-    assert embedding["least_cosine_to_baseline"] > 0.9999  # the fused graph gives the same vectors
-    assert embedding["build_tokens"] >= embedding["tokens"] and embedding["arithmetic_floor_s"] > 0
+    assert embedding["fused_float_least_cosine_to_baseline"] > 0.9999  # the fused graph gives the same vectors
+    assert embedding["precision"] == "int8" and embedding["float_texts_per_s"] > 0
+    assert embedding["mean_cosine_to_float"] > 0.98 and embedding["least_cosine_to_float"] > 0.9
+    assert embedding["build_tokens"] >= embedding["tokens"] and embedding["float_arithmetic_floor_s"] > 0
     assert routing["latency"]["p50_ms"] > 0
     assert set(report["checks"]) == {"full_build_le_60s", "incremental_le_3s", "retrieval_p95_le_50ms",
                                      "recall_at_20_ge_0_99", "routing_top1_ge_95pct"}
