@@ -79,7 +79,7 @@ def test_the_int8_graph_multiplies_every_weight_in_integers() -> None:
 
     graph = onnx.load_from_string(quantized_model(fused_model(model_file().read_bytes()), load_ranges()["ranges"])).graph
     ops = Counter(node.op_type for node in graph.node)
-    assert ops["MatMulIntegerToFloat"] == 24 and ops["MultiHeadAttention"] == 6 and ops["QuantizeLinear"] == 24
+    assert ops["MatMulIntegerToFloat"] == 18 and ops["QAttention"] == 6 and ops["QuantizeLinear"] == 24
     assert ops["MatMul"] == ops["Attention"] == 0
     assert not any(node.op_type == "Cast" and node.input[0].endswith("int8") for node in graph.node)
 
