@@ -14,6 +14,8 @@ shape raises `GraphMismatch` and the embedder runs the file as shipped.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 HEADS = 12
@@ -120,6 +122,15 @@ def fused_model(model_bytes: bytes) -> bytes:
     if len(erfs) != 6:
         raise GraphMismatch(f"{len(erfs)} GELUs, not 6")
 
+    replace_nodes(graph, replacements, added)
+    if not any(o.domain == "com.microsoft" for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return model.SerializeToString()
+
+
+def replace_nodes(graph: Any, replacements: dict[str, list], added: list) -> None:
+    """Put each replaced node's new nodes in its place, add the new constants, and drop what no output
+    needs any more (the replaced blocks' remains, constants no node reads)."""
     nodes = [new for node in graph.node for new in replacements.get(node.name, [node])]
     live = _live(nodes, {out.name for out in graph.output})
     used = {name for node in live for name in node.input}
@@ -128,9 +139,6 @@ def fused_model(model_bytes: bytes) -> bytes:
     graph.node.extend(live)
     del graph.initializer[:]
     graph.initializer.extend(kept)
-    if not any(o.domain == "com.microsoft" for o in model.opset_import):
-        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
-    return model.SerializeToString()
 
 
 def _live(nodes: list, outputs: set[str]) -> list:

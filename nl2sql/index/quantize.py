@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from nl2sql.index.fuse import HEADS, GraphMismatch
+from nl2sql.index.fuse import DISABLED_OPTIMIZERS, HEADS, GraphMismatch, replace_nodes
 
 RANGES_FILE = "minilm_int8_ranges.json"
 
@@ -57,8 +57,6 @@ def activation_ranges(fused: bytes, batches: Iterable[tuple[np.ndarray, np.ndarr
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
-    from nl2sql.index.fuse import DISABLED_OPTIMIZERS
-
     model = onnx.load_from_string(fused)
     inputs = list(dict.fromkeys(node.input[0] for node, _, _ in _weight_products(model.graph)))
     for name in inputs:
@@ -84,7 +82,6 @@ def quantized_model(fused: bytes, ranges: dict[str, Sequence[float]]) -> bytes:
     import onnx
     from onnx import helper, numpy_helper
 
-    from nl2sql.index.fuse import _live
 
     model = onnx.load_from_string(fused)
     graph = model.graph
@@ -120,12 +117,5 @@ def quantized_model(fused: bytes, ranges: dict[str, Sequence[float]]) -> bytes:
             "QAttention", [f"{prefix}_in", weight, node.input[2], f"{prefix}_step", f"{prefix}_scales", node.input[3],
                            f"{prefix}_zero"], list(node.output), name=f"{prefix}_attention", domain="com.microsoft",
             num_heads=HEADS)]
-    nodes = [new for node in graph.node for new in replacements.get(node.name, [node])]
-    live = _live(nodes, {out.name for out in graph.output})
-    used = {name for node in live for name in node.input}
-    kept = [i for i in list(graph.initializer) + added if i.name in used]
-    del graph.node[:]
-    graph.node.extend(live)
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
+    replace_nodes(graph, replacements, added)
     return model.SerializeToString()
