@@ -30,6 +30,7 @@ datasources is in `route.py`.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections import defaultdict
@@ -45,6 +46,8 @@ from nl2sql.index.embed import Embedder
 from nl2sql.index.store import StateStore
 from nl2sql.index.vectors import all_vectors, read_index
 from nl2sql.plan.join_keys import category, dtype_of
+
+log = logging.getLogger(__name__)
 
 #: Which entries may be used: a check on the tables an entry is about.
 Allows = Callable[[str], bool]
@@ -540,6 +543,12 @@ class Retriever:
                 snapshot = self.store.snapshot(datasource_id, info.fingerprint) if info.fingerprint else None
                 cached = LiveIndex(info.build_id, self.store.entries(info.build_id), all_vectors(index), snapshot)
                 self._live[datasource_id] = cached
+                if info.model_id and info.model_id != self.embedder.model_id:
+                    # e.g. after NL2SQL_EMBED_PRECISION changed: it still retrieves (the vectors are cosine
+                    # ~0.99 apart), but questions and entries should come from one model
+                    log.warning("The live index of %s was embedded by %s, questions are embedded by %s: rebuild it "
+                                "(nl2sql index build --datasource %s).", datasource_id, info.model_id,
+                                self.embedder.model_id, datasource_id)
         return cached
 
     def embed(self, question: str) -> np.ndarray:

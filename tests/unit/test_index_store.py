@@ -11,7 +11,7 @@ import pytest
 from nl2sql.config.models import ProfileSettings
 from nl2sql.datasources import adapter_class
 from nl2sql.index import StateStore, build_datasource
-from nl2sql.index.embed import shared_embedder
+from nl2sql.index.embed import Embedder, shared_embedder
 from nl2sql.index.retrieve import Retriever
 
 
@@ -142,3 +142,23 @@ def test_a_table_that_cannot_be_profiled_is_indexed_without_statistics(support_c
     assert {p.table for p in profiles} == {"tickets", "ticket_messages", "satisfaction_surveys"}
     assert [i[1] for i in issues] == ["agent_id", "name", "team", "hired_on"]
     assert all("Secret" not in i[3] and "DatasourceError" in i[3] for i in issues)
+
+
+def test_an_index_of_another_precision_is_re_embedded_and_a_mismatch_is_told(
+        support_copy: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    store = StateStore(tmp_path / "state")
+    exact = Embedder(precision="float32")
+    adapter = adapter_class("sqlite")("support", f"sqlite:///{support_copy}")
+    try:
+        first = build_datasource(adapter, store, exact, profile=ProfileSettings())
+    finally:
+        adapter.close()
+    assert store.live_build("support").model_id == exact.model_id
+    assert Retriever(store, exact).schema_for("open tickets", "support", lambda t: True).tables
+    assert "embedded by" not in caplog.text
+    tables = Retriever(store, shared_embedder()).schema_for("open tickets", "support", lambda t: True).tables
+    assert tables and "embedded by all-MiniLM-L6-v2-onnx-int8, questions are embedded by" in caplog.text
+    assert "nl2sql index build --datasource support" in caplog.text
+    again = build(support_copy, store)  # the int8 embedder: nothing of the float build's cache is reused
+    assert again.cached == 0 and again.embedded == sum(first.counts.values())
+    assert store.live_build("support").model_id == shared_embedder().model_id
