@@ -168,6 +168,10 @@ class EntryLayout:
     multi: list[int]  # entries about more than one table (checked one by one)
     columns: dict[str, list[int]]  # table → its column entries
     table_entry: dict[str, int]  # table → its table entry
+    multi_tables: list[frozenset[str]] = field(default_factory=list)  # the tables of each `multi` entry
+    multi_names: frozenset[str] = frozenset()  # every table some `multi` entry is about
+    by_table: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # schema entries by table
+    starts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # each table's first in by_table
 
     @classmethod
     def of(cls, entries: Sequence[Entry]) -> EntryLayout:
@@ -188,7 +192,20 @@ class EntryLayout:
                 columns[e.table].append(i)
             if e.kind == "table" and e.table is not None:
                 table_entry[e.table] = i
-        return cls(names, table_of, schema_kind, multi, dict(columns), table_entry)
+        multi_tables = [frozenset(entries[i].tables) for i in multi]
+        placed = np.flatnonzero(table_of >= 0)
+        by_table = placed[np.argsort(table_of[placed], kind="stable")]
+        counts = np.bincount(table_of[placed], minlength=len(names))
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64) if len(names) else counts
+        return cls(names, table_of, schema_kind, multi, dict(columns), table_entry, multi_tables,
+                   frozenset().union(*multi_tables), by_table, starts)
+
+    def table_maxima(self, values: np.ndarray) -> np.ndarray:
+        """Per table, the greatest of its entries' values (-inf for a table without entries), as float64."""
+        if not len(self.tables):
+            return np.zeros(0, dtype=np.float64)
+        # every table has its own entries (a name comes from an entry), so no group of reduceat is empty
+        return np.maximum.reduceat(values[self.by_table], self.starts).astype(np.float64)
 
 
 # --- what a question says besides its vector ---------------------------------------------------
@@ -569,25 +586,29 @@ class Retriever:
         query = self.embed(question) if query is None else query
         sims = live.similarities(query)
         facts = live.facts()
-        tables = {qualified(t): t for t in live.snapshot.tables if allows(qualified(t))}
+        tables = {name: t for t in live.snapshot.tables if allows(name := qualified(t))}
         layout = live.layout()
         allowed = np.array([t in tables for t in layout.tables] + [False], dtype=bool)  # index -1 → False
         usable = layout.schema_kind & allowed[layout.table_of]
-        for i in layout.multi:  # a relationship to a table the caller may not read does not count
-            if usable[i] and not all(allows(t) for t in live.entries[i].tables):
-                usable[i] = False
-        maxima = np.full(len(layout.tables), -np.inf, dtype=np.float64)
-        np.maximum.at(maxima, layout.table_of[usable], sims[usable])
+        # a relationship to a table the caller may not read does not count
+        denied = {t for t in layout.multi_names if t not in tables and not allows(t)}
+        if denied:
+            for i, names in zip(layout.multi, layout.multi_tables, strict=True):
+                if usable[i] and not denied.isdisjoint(names):
+                    usable[i] = False
+        maxima = layout.table_maxima(np.where(usable, sims, -np.inf))
+        finite = np.flatnonzero(np.isfinite(maxima))
         best: dict[str, float] = defaultdict(lambda: -1.0)
-        best.update({layout.tables[i]: float(v) for i, v in enumerate(maxima) if np.isfinite(v)})
+        best.update(zip([layout.tables[i] for i in finite], maxima[finite].tolist(), strict=True))
         column_sims = _LazyColumnSims(live, layout, sims)
         cues = read_question(question)
         named = {t for t, w in facts.table_words.items() if t in tables and w and w <= cues.terms}
         valued, unmatched = facts.value_hits(cues, set(best))
         picks = valued | facts.named_columns(cues.terms, best)
         valued_tables = {t for t, _ in valued}
+        kinds, wanted, none = facts.table_kinds, cues.table_kinds, frozenset()
         score = {t: best[t] + name_bonus * (t in named) + value_bonus * (t in valued_tables)
-                 + cue_bonus * len(facts.table_kinds.get(t, set()) & cues.table_kinds) for t in best}
+                 + cue_bonus * len(kinds.get(t, none) & wanted) for t in best}
         ranked = sorted(score, key=lambda t: -score[t])[:table_k]
         table_vec = {t: live.vectors[layout.table_entry[t]] for t in ranked if t in layout.table_entry}
         top = score[ranked[0]] if ranked else 0.0
