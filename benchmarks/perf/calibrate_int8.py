@@ -30,7 +30,7 @@ from nl2sql.config.models import ProfileSettings
 from nl2sql.datasources import adapter_class
 from nl2sql.demo import init_demo
 from nl2sql.index.build import build_datasource
-from nl2sql.index.embed import MODEL_SHA256, Embedder, model_file, read_model
+from nl2sql.index.embed import MODEL_SHA256, Embedder, model_file, padded, read_model
 from nl2sql.index.fuse import fused_model
 from nl2sql.index.quantize import RANGES_FILE, activation_ranges
 from nl2sql.index.service import build_configured
@@ -88,15 +88,9 @@ def corpus(seed: int, tables: int, databases: int, work: Path, demo: bool) -> li
 
 def token_batches(embedder: Embedder, texts: Sequence[str], size: int = 64) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(input ids, attention mask) batches of similar lengths, as the embedder forms them."""
-    embedder.token_counts([])  # loads the tokenizer
-    tokens = sorted((e.ids for e in embedder._tokenizer.encode_batch(list(texts))), key=len)
+    tokens = sorted(embedder.tokens(list(texts)), key=len)
     for start in range(0, len(tokens), size):
-        batch = tokens[start:start + size]
-        ids = np.zeros((len(batch), max(map(len, batch))), dtype=np.int64)
-        mask = np.zeros_like(ids)
-        for row, seq in enumerate(batch):
-            ids[row, :len(seq)], mask[row, :len(seq)] = seq, 1
-        yield ids, mask
+        yield padded(tokens[start:start + size])
 
 
 def agreement(texts: Sequence[str]) -> dict[str, float]:

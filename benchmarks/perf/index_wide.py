@@ -502,15 +502,14 @@ def render(report: dict[str, Any]) -> str:
         f"{f['index_kind']}")
     add("  embedded / cached", f"{f['embedded']} / {f['cached']}")
     e = w["embedding"]
-    if "float_arithmetic_floor_s" in e:
-        add("  embedding throughput", f"{e['texts_per_s']} texts/s ({e['precision']}) over {e['texts']} texts "
-            f"({e['tokens']} tokens); fused float32: {e['float_texts_per_s']} texts/s (×{e['speedup_over_float']}; "
-            f"cosine to it mean {e['mean_cosine_to_float']}, least {e['least_cosine_to_float']}); graph as shipped: "
-            f"{e['baseline_texts_per_s']} texts/s (×{e['speedup']}); machine: {e['matmul_gflops']} GFLOP/s "
-            "float32 matmul")
-        add("  float32 arithmetic floor", f"{e['build_tokens']} tokens × {FLOP_PER_TOKEN / 1e6:.1f} MFLOP = "
-            f"{e['build_tokens'] * FLOP_PER_TOKEN / 1e12:.1f} TFLOP: ≥ {e['float_arithmetic_floor_s']} s at this "
-            "machine's float matmul speed")
+    add("  embedding throughput", f"{e['texts_per_s']} texts/s ({e['precision']}) over {e['texts']} texts "
+        f"({e['tokens']} tokens); fused float32: {e['float_texts_per_s']} texts/s (×{e['speedup_over_float']}; "
+        f"cosine to it mean {e['mean_cosine_to_float']}, least {e['least_cosine_to_float']}); graph as shipped: "
+        f"{e['baseline_texts_per_s']} texts/s (×{e['speedup']}); machine: {e['matmul_gflops']} GFLOP/s "
+        "float32 matmul")
+    add("  float32 arithmetic floor", f"{e['build_tokens']} tokens × {FLOP_PER_TOKEN / 1e6:.1f} MFLOP = "
+        f"{e['build_tokens'] * FLOP_PER_TOKEN / 1e12:.1f} TFLOP: ≥ {e['float_arithmetic_floor_s']} s at this "
+        "machine's float matmul speed")
     g = w["sqlite_full_warm"]
     add("SQLite full rebuild (warm embedding cache)", f"{g['wall_s']:.1f} s")
     add("  stages (s)", stages(g))

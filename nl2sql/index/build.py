@@ -73,17 +73,16 @@ def plan_build(adapter: Adapter, store: StateStore, *, full: bool = False) -> Bu
     # tables whose catalog definition is unchanged are not reflected again (a full build reflects all)
     snapshot = adapter.reflect(None if full else previous)
     names = [qualified(t) for t in snapshot.tables]
+    diff = diff_snapshots(previous, snapshot)
     if full or live is None or previous is None or live.stats.get("entry_format") != ENTRY_FORMAT:
-        return BuildPlan(snapshot, fingerprint(snapshot), names, previous=previous,
-                         diff=diff_snapshots(previous, snapshot))
+        return BuildPlan(snapshot, fingerprint(snapshot), names, previous=previous, diff=diff)
     old_shapes, new_shapes = table_fingerprints(previous), table_fingerprints(snapshot)
     old_rows = {qualified(t): t.row_count for t in previous.tables}
     new_rows = {qualified(t): t.row_count for t in snapshot.tables}
     changed = [n for n in names if old_shapes.get(n) != new_shapes[n] or old_rows.get(n) != new_rows[n]]
     keep = set(names) - set(changed)
     reused = [e for e in store.entries(live.build_id) if e.kind in ("table", "column", "relationship") and e.table in keep]
-    return BuildPlan(snapshot, fingerprint(snapshot), changed, reused=reused, previous=previous,
-                     diff=diff_snapshots(previous, snapshot))
+    return BuildPlan(snapshot, fingerprint(snapshot), changed, reused=reused, previous=previous, diff=diff)
 
 
 def profile_tables(adapter: Adapter, plan: BuildPlan, settings: ProfileSettings,

@@ -19,6 +19,7 @@ import hashlib
 import logging
 import os
 import threading
+from collections.abc import Sequence
 from functools import cache
 from importlib.resources import files
 from pathlib import Path
@@ -147,12 +148,16 @@ class Embedder:
                 cache[text] = vector
         return np.stack([cache[t] for t in texts]) if texts else np.zeros((0, DIMENSIONS), dtype=np.float32)
 
-    def token_counts(self, texts: list[str]) -> list[int]:
-        """Tokens each text is embedded as (after truncation)."""
+    def tokens(self, texts: list[str]) -> list[list[int]]:
+        """The token ids each text is embedded as (after truncation)."""
         with self._lock:
             if self._session is None:
                 self._load()
-            return [len(e.ids) for e in self._tokenizer.encode_batch(texts)]
+            return [e.ids for e in self._tokenizer.encode_batch(texts)]
+
+    def token_counts(self, texts: list[str]) -> list[int]:
+        """Tokens each text is embedded as (after truncation)."""
+        return [len(ids) for ids in self.tokens(texts)]
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """One L2-normalised float32 row per text, in the order given."""
@@ -172,18 +177,23 @@ class Embedder:
         return out
 
     def _run(self, tokens: list[list[int]]) -> np.ndarray:
-        width = max(len(ids) for ids in tokens)
-        ids = np.zeros((len(tokens), width), dtype=np.int64)  # 0 is [PAD]
-        mask = np.zeros((len(tokens), width), dtype=np.int64)
-        for row, seq in enumerate(tokens):
-            ids[row, :len(seq)] = seq
-            mask[row, :len(seq)] = 1
+        ids, mask = padded(tokens)
         types = np.zeros_like(ids)
         hidden = self._session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})[0]
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
+
+
+def padded(tokens: Sequence[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(input ids, attention mask) of a batch, padded to its longest sequence (0 is [PAD])."""
+    ids = np.zeros((len(tokens), max(len(seq) for seq in tokens)), dtype=np.int64)
+    mask = np.zeros_like(ids)
+    for row, seq in enumerate(tokens):
+        ids[row, :len(seq)] = seq
+        mask[row, :len(seq)] = 1
+    return ids, mask
 
 
 @cache

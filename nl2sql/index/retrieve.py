@@ -168,10 +168,10 @@ class EntryLayout:
     multi: list[int]  # entries about more than one table (checked one by one)
     columns: dict[str, list[int]]  # table → its column entries
     table_entry: dict[str, int]  # table → its table entry
-    multi_tables: list[frozenset[str]] = field(default_factory=list)  # the tables of each `multi` entry
-    multi_names: frozenset[str] = frozenset()  # every table some `multi` entry is about
-    by_table: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # schema entries by table
-    starts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # each table's first in by_table
+    multi_tables: list[frozenset[str]]  # the tables of each `multi` entry
+    multi_names: frozenset[str]  # every table some `multi` entry is about
+    by_table: np.ndarray  # the schema entries, grouped by table in `tables` order
+    starts: np.ndarray  # where each table's group begins in `by_table`
 
     @classmethod
     def of(cls, entries: Sequence[Entry]) -> EntryLayout:
@@ -195,16 +195,15 @@ class EntryLayout:
         multi_tables = [frozenset(entries[i].tables) for i in multi]
         placed = np.flatnonzero(table_of >= 0)
         by_table = placed[np.argsort(table_of[placed], kind="stable")]
-        counts = np.bincount(table_of[placed], minlength=len(names))
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64) if len(names) else counts
+        starts = np.searchsorted(table_of[by_table], np.arange(len(names)))
         return cls(names, table_of, schema_kind, multi, dict(columns), table_entry, multi_tables,
                    frozenset().union(*multi_tables), by_table, starts)
 
     def table_maxima(self, values: np.ndarray) -> np.ndarray:
-        """Per table, the greatest of its entries' values (-inf for a table without entries), as float64."""
+        """Per table, the greatest of its entries' values, as float64."""
         if not len(self.tables):
             return np.zeros(0, dtype=np.float64)
-        # every table has its own entries (a name comes from an entry), so no group of reduceat is empty
+        # every table has entries of its own (its name comes from one), so no group of reduceat is empty
         return np.maximum.reduceat(values[self.by_table], self.starts).astype(np.float64)
 
 
