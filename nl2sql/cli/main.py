@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> None:
     register_commands()
     command = typer.main.get_command(app)
     try:
-        command.main(args=argv, prog_name="nl2sql", standalone_mode=False)
+        # With standalone_mode off, click catches `typer.Exit` itself and *returns* its code: keep it.
+        code = command.main(args=argv, prog_name="nl2sql", standalone_mode=False)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
@@ -118,3 +119,4 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1 if isinstance(exc, RUN_FAILURES) else 2)
     except KeyboardInterrupt:
         sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
