@@ -131,6 +131,12 @@ class QueryTimeout(DatasourceError):
     code = "QUERY_TIMEOUT"
 
 
+class ResultTooLarge(DatasourceError):
+    """A statement's result went past the datasource's byte budget and was stopped."""
+
+    code = "RESULT_TOO_LARGE"
+
+
 class QuestionNotAnswerable(NL2SQLError):
     """No datasource the asker may read can answer the question."""
 

@@ -102,6 +102,8 @@ class DatasourceConfig(Strict):
     verified_queries: list[VerifiedQueryConfig] = Field(
         default_factory=list, description="Reviewed questions and SQL, answered without a model."
     )
+    max_result_bytes: int | None = Field(default=None, ge=1024, description="Bytes of result one statement may "
+                                         "fetch here (default: settings.resources.max_result_bytes).")
 
     @field_validator("id")
     @classmethod
@@ -181,6 +183,27 @@ class RoleConfig(Strict):
     description: str = ""
     allow: list[Pattern] = Field(default_factory=list)
     deny: list[Pattern] = Field(default_factory=list)
+    database_role: str | dict[str, str] | None = Field(
+        default=None, description="PostgreSQL: the database role this role's statements run as (SET LOCAL ROLE), "
+        "one name for every PostgreSQL datasource or a map datasource id → name; it should hold SELECT on exactly "
+        "the tables the role may read.")
+
+
+class UserConfig(Strict):
+    """One known user: the roles it may act in and, for an approver, the SHA-256 of its approval token."""
+
+    description: str = ""
+    roles: Annotated[list[str], Field(min_length=1)]
+    token_sha256: str | None = Field(default=None, description="Hex SHA-256 of the user's approval token "
+                                     "(`nl2sql approvals token` makes one); approvers need it.")
+
+    @field_validator("token_sha256")
+    @classmethod
+    def _hex_digest(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", value):
+            raise config_error("is not a hex SHA-256 (64 hex digits)",
+                               "paste the hash `nl2sql approvals token` prints, never the token itself")
+        return value.lower() if value else value
 
 
 class PoliciesConfig(Strict):
@@ -189,6 +212,30 @@ class PoliciesConfig(Strict):
     roles: dict[str, RoleConfig]
     default_role: str
     admin_roles: list[str] = Field(default_factory=lambda: ["admin"])
+    users: dict[str, UserConfig] | None = Field(default=None, description="Known users: user id → roles (and an "
+                                                "approver's token hash); inline, or a JSON string from ${env:…}.")
+
+    @field_validator("users", mode="before")
+    @classmethod
+    def _users_from_json(cls, value: Any) -> Any:
+        if isinstance(value, str):  # `users: ${env:NL2SQL_USERS}` holding a JSON object
+            import json
+
+            try:
+                return json.loads(value) if value.strip() else None
+            except ValueError as exc:
+                raise config_error("is not a JSON object of users", "write the users inline, or put a JSON "
+                                   "object {user: {roles: [...]}} in the variable") from exc
+        return value
+
+    @model_validator(mode="after")
+    def _user_roles_exist(self) -> PoliciesConfig:
+        for user, config in (self.users or {}).items():
+            for role in config.roles:
+                if role not in self.roles:
+                    raise config_error(f"user {user!r} names unknown role {role!r}",
+                                       f"define it under policies.roles, or use one of: {', '.join(self.roles)}")
+        return self
 
 
 # --- models ------------------------------------------------------------------------------------
@@ -304,6 +351,8 @@ class ApprovalSettings(Strict):
     poll_interval_s: int = Field(default=5, ge=1, description="How often a paused run looks for an answer.")
     webhook_url: SecretStr | None = Field(default=None, description="Called (POST) when a statement needs an "
                                           "approver, by the Prefect automation `nl2sql automations apply` makes.")
+    allow_self_approval: bool = Field(default=False, description="Whether an asker may approve their own "
+                                      "statement.")
 
 
 class ProfileSettings(Strict):
@@ -328,6 +377,33 @@ class PipelineSettings(Strict):
                              "scope instead of calling the planner again.")
 
 
+class ResourceSettings(Strict):
+    """What one statement may use: rows, bytes, memory and threads. No CLI flag lifts these."""
+
+    max_rows: int = Field(default=100_000, ge=1, description="Hard cap on the rows one statement returns; "
+                          "`settings.pipeline.row_limit` and `--limit` are bounded by it.")
+    max_result_bytes: int = Field(default=64 * 2**20, ge=1024, description="Bytes of result one statement may "
+                                  "fetch (rows are read in batches against it); a datasource may set its own.")
+    sqlite_max_value_bytes: int = Field(default=16 * 2**20, ge=1024, description="SQLite: the longest string or "
+                                        "blob a statement may build (the connection's SQLITE_LIMIT_LENGTH).")
+    duckdb_memory_limit: str = Field(default="512MB", pattern=r"^\d+(\.\d+)?\s*[KMGT]?i?B$",
+                                     description="DuckDB: `memory_limit` of each connection, e.g. '512MB'.")
+    duckdb_threads: int = Field(default=2, ge=1, description="DuckDB: `threads` of each connection.")
+    duckdb_max_temp_directory_size: str = Field(
+        default="0B", pattern=r"^\d+(\.\d+)?\s*[KMGT]?i?B$",
+        description="DuckDB: the most a statement may spill to disk past its memory limit (DuckDB spills beside the "
+        "database file, `<file>.tmp`: its external access is off, so no other folder can be set); '0B', the "
+        "default, makes a statement over the limit fail instead.")
+
+
+class PrefectSettings(Strict):
+    """What the engine puts into Prefect, whose UI and API anyone who reaches the server reads."""
+
+    artifact_rows: bool = Field(default=False, description="Put row values into Prefect artifacts: the ask flow's "
+                                "answer text and first rows, the eval flow's failure details. Off: question, status, "
+                                "SQL, row counts and codes only.")
+
+
 class Settings(Strict):
     """Tunable behaviour, with defaults that suit a small team."""
 
@@ -337,6 +413,8 @@ class Settings(Strict):
     approvals: ApprovalSettings = Field(default_factory=ApprovalSettings)
     profile: ProfileSettings = Field(default_factory=ProfileSettings)
     pipeline: PipelineSettings = Field(default_factory=PipelineSettings)
+    resources: ResourceSettings = Field(default_factory=ResourceSettings)
+    prefect: PrefectSettings = Field(default_factory=PrefectSettings)
 
 
 class StorageConfig(Strict):

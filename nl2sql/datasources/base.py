@@ -6,6 +6,7 @@ how to cancel a statement that runs past its time limit. Everything else is shar
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from abc import ABC, abstractmethod
@@ -13,13 +14,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from functools import cache, cached_property, lru_cache
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.engine import ObjectKind
 from sqlglot import exp
 
+from nl2sql.config.models import ResourceSettings
 from nl2sql.datasources.guard import guard_sql, sqlglot_dialect
 from nl2sql.datasources.models import (
     ColumnInfo,
@@ -30,12 +32,22 @@ from nl2sql.datasources.models import (
     SchemaSnapshot,
     TableInfo,
 )
-from nl2sql.errors import DatasourceError, QueryTimeout
+from nl2sql.datasources.redact import redact_driver_message
+from nl2sql.errors import DatasourceError, QueryTimeout, ResultTooLarge, SecurityViolation
+
+if TYPE_CHECKING:
+    from nl2sql.policies import Scope
 
 TEXT_TYPE_MARKERS = ("CHAR", "TEXT", "STRING", "CLOB", "VARCHAR", "ENUM")
 SAMPLE_VALUE_MAX_CHARS = 100
 #: Tables counted per statement (SQLite allows 500 terms in one compound SELECT).
 ROW_COUNT_BATCH = 200
+#: Rows fetched per round trip while a result is checked against its byte budget.
+FETCH_BATCH = 256
+#: What a value costs beyond its own bytes (a Python object and a pointer), for the byte budget.
+VALUE_OVERHEAD_BYTES = 16
+
+audit_log = logging.getLogger("nl2sql.audit.datasource")
 
 
 def is_text_type(type_name: str) -> bool:
@@ -140,11 +152,14 @@ class Adapter(ABC):
     system_schemas: ClassVar[frozenset[str]] = frozenset({"information_schema", "pg_catalog", "pg_toast"})
 
     def __init__(self, datasource_id: str, url: str, *, schemas: Sequence[str] | None = None,
-                 base_dir: Path | None = None) -> None:
+                 base_dir: Path | None = None, resources: ResourceSettings | None = None,
+                 max_result_bytes: int | None = None) -> None:
         self.datasource_id = datasource_id
         self.url = sa.make_url(url)
         self.schemas = list(schemas) if schemas else None
         self.base_dir = base_dir or Path.cwd()
+        self.resources = resources or ResourceSettings()
+        self.max_result_bytes = max_result_bytes or self.resources.max_result_bytes
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.datasource_id!r}, {self.url.render_as_string(hide_password=True)!r})"
@@ -172,9 +187,12 @@ class Adapter(ABC):
             del self.__dict__["engine"]
 
     def _error(self, exc: BaseException, what: str) -> DatasourceError:
+        """The driver's error as the asker and the traces see it: its literals and numbers redacted (they can
+        be row values); the raw text goes to the audit log only."""
         detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-        reason = detail[0] if detail else type(exc).__name__
-        return DatasourceError(f"{what} failed on datasource '{self.datasource_id}': {reason}",
+        raw = detail[0] if detail else type(exc).__name__
+        audit_log.info("%s failed on datasource %s: %s", what, self.datasource_id, raw)
+        return DatasourceError(f"{what} failed on datasource '{self.datasource_id}': {redact_driver_message(raw)}",
                                datasource=self.datasource_id)
 
     # --- reflect -----------------------------------------------------------------------------
@@ -336,12 +354,14 @@ class Adapter(ABC):
 
     # --- execute -----------------------------------------------------------------------------
 
-    def execute(self, sql: str, *, row_limit: int = 1000, timeout_s: float = 30.0) -> ExecutionResult:
-        """Run one guarded, read-only statement: at most `row_limit` rows, cancelled after `timeout_s`."""
+    def execute(self, sql: str, *, row_limit: int = 1000, timeout_s: float = 30.0,
+                scope: Scope | None = None) -> ExecutionResult:
+        """Run one guarded, read-only statement: at most `row_limit` rows, cancelled after `timeout_s`; with a
+        `scope`, the database itself refuses any read outside it (the second lock, after the guard's check)."""
         guard_sql(sql, self.name)
-        return self._run(sql, row_limit=row_limit, timeout_s=timeout_s)
+        return self._run(sql, row_limit=row_limit, timeout_s=timeout_s, scope=scope)
 
-    def estimate_rows(self, sql: str, *, timeout_s: float = 10.0) -> int | None:
+    def estimate_rows(self, sql: str, *, timeout_s: float = 10.0, scope: Scope | None = None) -> int | None:
         """The database's estimate of the rows a guarded statement reads (EXPLAIN), or None where the dialect
         gives none or the estimate fails."""
         guard_sql(sql, self.name)
@@ -349,7 +369,7 @@ class Adapter(ABC):
         if query is None:
             return None
         try:
-            result = self._run(query, row_limit=10_000, timeout_s=timeout_s)
+            result = self._run(query, row_limit=10_000, timeout_s=timeout_s, scope=scope)
         except Exception:  # an estimate is advice: never a reason to fail the question
             return None
         return self.rows_from_explain(result)
@@ -362,10 +382,15 @@ class Adapter(ABC):
         """The estimated rows in an EXPLAIN result."""
         return None
 
-    def _run(self, sql: str, *, row_limit: int, timeout_s: float) -> ExecutionResult:
-        """Run a statement with no guard (callers guard, or built it themselves)."""
+    def _run(self, sql: str, *, row_limit: int, timeout_s: float, scope: Scope | None = None) -> ExecutionResult:
+        """Run a statement with no guard (callers guard, or built it themselves); `scope` as in `execute`.
+
+        The row limit is bounded by `settings.resources.max_rows` whatever the caller asks for, and building the
+        result counts against the statement's time limit too."""
         started = time.perf_counter()
-        description, rows = self._fetch(sql, row_limit=row_limit + 1, timeout_s=timeout_s)
+        deadline = time.monotonic() + timeout_s
+        row_limit = max(1, min(row_limit, self.resources.max_rows))
+        description, rows = self._fetch(sql, row_limit=row_limit + 1, timeout_s=timeout_s, scope=scope)
         names = [d[0] for d in description]
         truncated = len(rows) > row_limit
         frame = pd.DataFrame.from_records(list(rows[:row_limit]), columns=names) if names else pd.DataFrame()
@@ -373,39 +398,84 @@ class Adapter(ABC):
         for meta, dtype in zip(columns, frame.dtypes, strict=False):
             if meta.type is None and len(frame):
                 meta.type = str(dtype)
+        if time.monotonic() > deadline:
+            raise self._timeout(timeout_s)
         return ExecutionResult(frame=frame, columns=columns, truncated=truncated,
                                elapsed_ms=(time.perf_counter() - started) * 1000, sql=sql)
 
-    def _fetch(self, sql: str, *, row_limit: int, timeout_s: float) -> tuple[Sequence[Any], list[tuple]]:
+    def _fetch(self, sql: str, *, row_limit: int, timeout_s: float,
+               scope: Scope | None = None) -> tuple[Sequence[Any], list[tuple]]:
         """(the cursor's description, at most `row_limit` rows) of a statement with no guard, as the driver gives
-        them: profiling reads thousands of one-row results, for which building a DataFrame cost more than the query."""
+        them: profiling reads thousands of one-row results, for which building a DataFrame cost more than the query.
+
+        Rows come in batches, each weighed against the datasource's byte budget (`max_result_bytes`)."""
+        deadline = time.monotonic() + timeout_s
         try:
             with self.engine.connect() as conn:
                 dbapi = conn.connection.dbapi_connection
-                with self._statement(dbapi, timeout_s) as cursor:
+                with self._statement(dbapi, timeout_s, scope) as cursor:
+                    if scope is not None:
+                        self.check_reads(cursor, sql, scope)
                     cursor.execute(sql, **self.execute_kwargs)
                     description = cursor.description or []
-                    rows = cursor.fetchmany(row_limit) if description else []
+                    rows = self._fetch_within_budget(cursor, row_limit, deadline, timeout_s) if description else []
                 conn.rollback()
-        except DatasourceError:
+        except (DatasourceError, SecurityViolation):
             raise
         except Exception as exc:
             if self.is_timeout(exc):
-                raise QueryTimeout(
-                    f"The statement ran longer than {timeout_s:g} s on datasource '{self.datasource_id}' "
-                    "and was cancelled.",
-                    fix="Narrow the question (filters, a smaller time range) or raise settings.pipeline.statement_timeout_s.",
-                    datasource=self.datasource_id,
-                ) from exc
+                raise self._timeout(timeout_s) from exc
+            if scope is not None and self.is_denied(exc):
+                # the database's own lock refused a read: the asker learns nothing more than from the guard
+                audit_log.info("datasource %s refused a read: %s", self.datasource_id, exc)
+                raise SecurityViolation(datasource=self.datasource_id) from None
             raise self._error(exc, "The statement") from exc
-        return description, list(rows)
+        return description, rows
+
+    def _fetch_within_budget(self, cursor: Any, row_limit: int, deadline: float, timeout_s: float) -> list[tuple]:
+        rows: list[tuple] = []
+        size = 0
+        while len(rows) < row_limit:
+            batch = cursor.fetchmany(min(FETCH_BATCH, row_limit - len(rows)))
+            if not batch:
+                break
+            size += sum(_row_bytes(row) for row in batch)
+            if size > self.max_result_bytes:
+                raise ResultTooLarge(
+                    f"The result is larger than {self.max_result_bytes:,} bytes on datasource "
+                    f"'{self.datasource_id}'; the statement was stopped.",
+                    fix="Select fewer columns or rows (filters, aggregates, a LIMIT), or raise the datasource's "
+                    "max_result_bytes (settings.resources.max_result_bytes).",
+                    datasource=self.datasource_id,
+                )
+            rows += batch
+            if time.monotonic() > deadline:
+                raise self._timeout(timeout_s)
+        return rows
+
+    def _timeout(self, timeout_s: float) -> QueryTimeout:
+        return QueryTimeout(
+            f"The statement ran longer than {timeout_s:g} s on datasource '{self.datasource_id}' and was cancelled.",
+            fix="Narrow the question (filters, a smaller time range) or raise settings.pipeline.statement_timeout_s.",
+            datasource=self.datasource_id,
+        )
+
+    def check_reads(self, cursor: Any, sql: str, scope: Scope) -> None:
+        """Refuse (SecurityViolation) a statement that reads outside `scope`, where the database cannot refuse it
+        itself while it runs (adapters whose connection enforces the scope need nothing here)."""
+        return None
+
+    def is_denied(self, exc: BaseException) -> bool:
+        """Whether a driver error means the database refused a read (or a table that does not exist: the two
+        must look the same to an asker, or an error would tell which denied tables exist)."""
+        return False
 
     #: Extra keyword arguments for `cursor.execute` (PostgreSQL prepares, so one statement only).
     execute_kwargs: ClassVar[dict[str, Any]] = {}
 
     @abstractmethod
-    def _statement(self, dbapi: Any, timeout_s: float) -> AbstractContextManager[Any]:
-        """A cursor whose statement is cancelled after `timeout_s`."""
+    def _statement(self, dbapi: Any, timeout_s: float, scope: Scope | None) -> AbstractContextManager[Any]:
+        """A cursor whose statement is cancelled after `timeout_s` and, given a scope, may read nothing outside it."""
 
     @abstractmethod
     def is_timeout(self, exc: BaseException) -> bool:
@@ -428,6 +498,12 @@ def _unchanged_tables(previous: SchemaSnapshot | None,
     names = {name for _, name in same}
     return {key: t.model_copy(update={"row_count": None, "row_count_estimated": False})
             for key, t in same.items() if all(fk.ref_table in names for fk in t.foreign_keys)}
+
+
+def _row_bytes(row: Sequence[Any]) -> int:
+    """About what a fetched row costs in memory: the bytes of its texts and blobs, a word for the rest."""
+    return sum(len(v) + VALUE_OVERHEAD_BYTES if isinstance(v, str | bytes | bytearray | memoryview)
+               else 8 + VALUE_OVERHEAD_BYTES for v in row)
 
 
 def _short(value: Any) -> str | None:

@@ -24,4 +24,4 @@ def run_checked_sql(
 ) -> ExecutionResult:
     """Guard, scope-check and run one statement; refusals carry the generic sentence and no rows."""
     check_sql_scope(sql, adapter.name, scope)
-    return adapter._run(sql, row_limit=row_limit, timeout_s=timeout_s)
+    return adapter._run(sql, row_limit=row_limit, timeout_s=timeout_s, scope=scope)

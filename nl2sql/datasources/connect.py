@@ -8,7 +8,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from nl2sql.config.models import Config, DatasourceConfig
+from nl2sql.config.models import Config, DatasourceConfig, ResourceSettings
 from nl2sql.datasources.base import Adapter
 from nl2sql.datasources.registry import adapter_class
 from nl2sql.errors import DatasourceError
@@ -30,7 +30,8 @@ def datasource_url(ds: DatasourceConfig, block_loader: BlockLoader | None = None
     return block_loader(ds.block or "")
 
 
-def open_adapter(ds: DatasourceConfig, *, base_dir: Path, block_loader: BlockLoader | None = None) -> Adapter:
+def open_adapter(ds: DatasourceConfig, *, base_dir: Path, block_loader: BlockLoader | None = None,
+                 resources: ResourceSettings | None = None) -> Adapter:
     """The read-only adapter for one configured datasource (connections open on first use)."""
     url = datasource_url(ds, block_loader)
     try:
@@ -38,7 +39,8 @@ def open_adapter(ds: DatasourceConfig, *, base_dir: Path, block_loader: BlockLoa
     except sa.exc.ArgumentError as exc:
         raise DatasourceError(f"Datasource '{ds.id}' has a malformed URL.", fix="Check its url or block.",
                               datasource=ds.id) from exc
-    return adapter_class(backend)(ds.id, url, schemas=ds.schemas, base_dir=base_dir)
+    return adapter_class(backend)(ds.id, url, schemas=ds.schemas, base_dir=base_dir, resources=resources,
+                                  max_result_bytes=ds.max_result_bytes)
 
 
 class DatasourceCatalog:
@@ -61,7 +63,8 @@ class DatasourceCatalog:
             if datasource_id not in self._adapters:
                 ds = self.config.datasource(datasource_id)
                 self._adapters[datasource_id] = open_adapter(ds, base_dir=self.config.base_dir,
-                                                             block_loader=self.block_loader)
+                                                             block_loader=self.block_loader,
+                                                             resources=self.config.settings.resources)
             return self._adapters[datasource_id]
 
     def close(self) -> None:

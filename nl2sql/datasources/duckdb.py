@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
 from nl2sql.datasources.base import Adapter, closing_cursor
 from nl2sql.datasources.models import ColumnInfo, ExecutionResult, ForeignKey, SchemaSnapshot, TableInfo
 from nl2sql.datasources.sqlite import database_path
+from nl2sql.errors import SecurityViolation
+
+if TYPE_CHECKING:
+    from nl2sql.policies import Scope
 
 #: No file or network access (COPY TO, read_csv, ATTACH of files, extension installs), and no SET to undo it.
 READ_ONLY_CONFIG = {
@@ -20,7 +26,20 @@ READ_ONLY_CONFIG = {
     "autoinstall_known_extensions": False,
     "autoload_known_extensions": False,
     "lock_configuration": True,
+    # EXPLAIN shows the binder's plan too (before the optimizer folds scans away): the second lock reads it
+    "explain_output": "all",
 }
+#: Table functions that only compute values; every other table function (catalogs, files, settings) is refused.
+VALUE_TABLE_FUNCTIONS = frozenset({"range", "generate_series", "unnest"})
+
+
+def plan_nodes(plan: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Every operator of an EXPLAIN (FORMAT JSON) plan, depth first."""
+    stack = list(plan)
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(node.get("children") or [])
 
 
 class DuckDBAdapter(Adapter):
@@ -36,7 +55,8 @@ class DuckDBAdapter(Adapter):
         """The largest `Estimated Cardinality` in the plan (what the statement reads at its widest)."""
         import json
 
-        text = str(result.frame.iloc[0, -1])
+        rows = result.frame.values.tolist()
+        text = str(next((row[-1] for row in rows if row[0] == "physical_plan"), rows[0][-1]))
         found = [int(v) for v in re.findall(r'"Estimated Cardinality":\s*"(\d+)"', text)]
         json.loads(text)  # a plan that is not JSON is no estimate
         return max(found) if found else None
@@ -44,9 +64,37 @@ class DuckDBAdapter(Adapter):
     def create_engine(self) -> sa.Engine:
         """A read-only engine over duckdb-engine."""
         path = database_path(self.url, self.base_dir)
+        limits = self.resources
+        config: dict[str, Any] = {"memory_limit": limits.duckdb_memory_limit, "threads": limits.duckdb_threads,
+                                  "max_temp_directory_size": limits.duckdb_max_temp_directory_size}
         return sa.create_engine(
-            f"duckdb:///{path}", connect_args={"read_only": True, "config": dict(READ_ONLY_CONFIG)}
+            f"duckdb:///{path}", connect_args={"read_only": True, "config": {**config, **READ_ONLY_CONFIG}}
         )
+
+    @cached_property
+    def _table_functions(self) -> frozenset[str]:
+        """The names of DuckDB's table functions (lower case), as this DuckDB build lists them."""
+        with self.engine.connect() as conn:
+            rows = conn.exec_driver_sql(
+                "SELECT DISTINCT lower(function_name) FROM duckdb_functions() WHERE function_type = 'table'").all()
+        return frozenset(r[0] for r in rows)
+
+    def check_reads(self, cursor: Any, sql: str, scope: Scope) -> None:
+        """The second lock: DuckDB has no authorizer, so the tables its own binder resolves for the statement (the
+        unoptimized plan of EXPLAIN) are checked against the scope, and table functions that read anything but
+        their arguments are refused."""
+        functions = self._table_functions
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}")
+        plans = dict(cursor.fetchall())
+        for node in plan_nodes(json.loads(plans["logical_plan"])):
+            table = (node.get("extra_info") or {}).get("Table")
+            name = str(node.get("name", "")).lower()
+            if table is not None:
+                *_, schema, relation = ["", "", *str(table).split(".")]
+                if not scope.allows(relation, None if schema in ("", "main") else schema):
+                    raise SecurityViolation(datasource=self.datasource_id)
+            elif name in functions and name not in VALUE_TABLE_FUNCTIONS:
+                raise SecurityViolation(datasource=self.datasource_id)
 
     def reflect(self, previous: SchemaSnapshot | None = None) -> SchemaSnapshot:
         """Reflection from DuckDB's own catalog functions (duckdb-engine's inspector lags DuckDB releases), in
@@ -101,7 +149,7 @@ class DuckDBAdapter(Adapter):
                               default_schema=default_schema, tables=tables)
 
     @contextmanager
-    def _statement(self, dbapi: Any, timeout_s: float) -> Iterator[Any]:
+    def _statement(self, dbapi: Any, timeout_s: float, scope: Scope | None) -> Iterator[Any]:
         timer = threading.Timer(timeout_s, dbapi.interrupt)
         timer.daemon = True
         timer.start()
@@ -114,3 +162,8 @@ class DuckDBAdapter(Adapter):
     def is_timeout(self, exc: BaseException) -> bool:
         """DuckDB reports `interrupt()` as an INTERRUPT error."""
         return "interrupt" in str(getattr(exc, "orig", exc)).lower()
+
+    def is_denied(self, exc: BaseException) -> bool:
+        """A table or schema that does not exist reads as a refusal (Catalog Error)."""
+        text = str(getattr(exc, "orig", exc))
+        return text.startswith("Catalog Error") and ("does not exist" in text or "not found" in text)

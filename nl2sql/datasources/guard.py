@@ -63,7 +63,8 @@ SAFE_PG_FUNCTIONS = frozenset({"pg_typeof", "pg_column_size", "pg_size_pretty", 
 
 #: Catalog schemas and tables that would reveal names a role may not see.
 CATALOG_SCHEMAS = frozenset({"information_schema", "pg_catalog", "pg_toast", "system", "temp"})
-CATALOG_TABLE = re.compile(r"^(sqlite_|pg_|duckdb_)", re.IGNORECASE)
+#: SQLite's table-valued pragmas and dbstat read as bare table names (`FROM pragma_table_info`, `IN dbstat`).
+CATALOG_TABLE = re.compile(r"^(sqlite_|pg_|duckdb_|pragma_)|^dbstat$", re.IGNORECASE)
 #: Paths, URLs, globs, and names with a file extension anywhere (DuckDB also reads `x.csv?query`, `x.csv.gz`).
 FILE_LIKE = re.compile(
     r"[/\\:?*]|\.(csv|tsv|tbl|parquet|json|ndjson|jsonl|txt|gz|zst|xlsx?|db|ddb|duckdb|sqlite3?|avro|arrow|ipc|orc|xml)\b",
@@ -140,7 +141,21 @@ def guard_sql(sql: str, dialect: str) -> exp.Expression:
             _check_table_function(node.this)
         if isinstance(node, exp.Table):
             _check_table(node)
+        if isinstance(node, exp.In) and (table := _in_table(node)) is not None:
+            _check_table(table)
+        if isinstance(node, exp.In) and isinstance(field := node.args.get("field"), exp.Func) \
+                and not isinstance(field, exp.Unnest):
+            _check_table_function(field)  # SQLite's `expr IN table_function(…)`
     return tree
+
+
+def _in_table(node: exp.In) -> exp.Table | None:
+    """The table of SQLite's `expr IN table` form, which sqlglot parses as a column: `1 IN Employee` reads the
+    table Employee (and `1 IN main.Employee` the table in schema main)."""
+    field = node.args.get("field")
+    if not isinstance(field, exp.Column) or not isinstance(field.this, exp.Identifier):
+        return None
+    return exp.Table(this=field.this.copy(), db=field.args["table"].copy() if field.args.get("table") else None)
 
 
 def _forbidden_function(name: str) -> bool:
@@ -185,6 +200,9 @@ def tables_read(tree: exp.Expression) -> list[TableRead]:
             continue
         read = TableRead(node.name, node.db or None, node.catalog or None)
         if read not in out:
+            out.append(read)
+    for node in tree.find_all(exp.In):  # `x IN table` (a CTE's name there counts as a table: never hidden)
+        if (table := _in_table(node)) is not None and (read := TableRead(table.name, table.db or None)) not in out:
             out.append(read)
     return out
 

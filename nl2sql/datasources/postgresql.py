@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import sqlalchemy as sa
 
 from nl2sql.datasources.base import Adapter, closing_cursor
 from nl2sql.datasources.models import ExecutionResult, TableInfo
 from nl2sql.errors import DatasourceError
+
+if TYPE_CHECKING:
+    from nl2sql.policies import Scope
+
+#: SQLSTATEs that mean "you may not read that" or "no such relation": both read as the generic refusal.
+DENIED_SQLSTATES = frozenset({"42501", "42P01", "3F000"})
 
 #: Roles whose members can read or write server files or run programs even in a READ ONLY transaction.
 PRIVILEGED_ROLES = ("pg_write_server_files", "pg_execute_server_program", "pg_read_server_files")
@@ -85,19 +91,42 @@ class PostgreSQLAdapter(Adapter):
             )
 
     @contextmanager
-    def _statement(self, dbapi: Any, timeout_s: float) -> Iterator[Any]:
+    def _statement(self, dbapi: Any, timeout_s: float, scope: Scope | None) -> Iterator[Any]:
+        database_role = self._database_role(scope)
         with closing_cursor(dbapi) as cursor:
             cursor.execute("BEGIN READ ONLY")
             # A query takes the transaction's snapshot, after which it can no longer be made read-write.
             cursor.execute("SELECT set_config('statement_timeout', %s, true)", (str(int(timeout_s * 1000)),))
+            if database_role is not None:
+                from psycopg import sql
+
+                # the second lock: the statement runs with the grants of the role's database role only
+                cursor.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(database_role)))
             try:
                 yield cursor
             finally:
                 dbapi.rollback()
 
+    def _database_role(self, scope: Scope | None) -> str | None:
+        """The database role a caller's statements run as (`policies.roles.<r>.database_role`), if any."""
+        if scope is None:
+            return None
+        names = scope.database_roles
+        if len(names) > 1:
+            raise DatasourceError(
+                f"A caller with several roles maps to several database roles on datasource '{self.datasource_id}'.",
+                fix="Ask with one role, or give those roles one database role that holds the grants of them all.",
+                datasource=self.datasource_id,
+            )
+        return names[0] if names else None
+
     def is_timeout(self, exc: BaseException) -> bool:
         """PostgreSQL cancels on statement_timeout with SQLSTATE 57014."""
         return getattr(getattr(exc, "orig", exc), "sqlstate", None) == "57014"
+
+    def is_denied(self, exc: BaseException) -> bool:
+        """Permission denied (42501), and relations or schemas that do not exist."""
+        return getattr(getattr(exc, "orig", exc), "sqlstate", None) in DENIED_SQLSTATES
 
     def type_name(self, type_code: Any) -> str | None:
         """psycopg reports type OIDs: name them from its type registry."""

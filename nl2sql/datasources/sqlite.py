@@ -8,13 +8,16 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import sqlalchemy as sa
 
 from nl2sql.datasources.base import Adapter, closing_cursor
 from nl2sql.errors import DatasourceError
+
+if TYPE_CHECKING:
+    from nl2sql.policies import Scope
 
 #: How many SQLite VM instructions run between two looks at the clock.
 PROGRESS_STEPS = 20_000
@@ -47,6 +50,37 @@ def read_only_authorizer(action: int, arg1: str | None, arg2: str | None, _db: s
     return sqlite3.SQLITE_OK
 
 
+#: What SQLite reads on its own behalf or describes the database with: never readable by a caller's statement,
+#: whatever its scope (the catalog, table-valued pragmas, dbstat and other eponymous virtual tables).
+CATALOG_READS = ("sqlite_", "pragma_")
+VIRTUAL_CATALOGS = frozenset({"dbstat", "sqlite_dbpage", "sqlite_stmt"})
+
+
+def scoped_authorizer(scope: Scope):  # -> the callback sqlite3 takes
+    """SQLite authorizer for a caller's statement: the read-only rules, and no read of a table outside `scope`.
+
+    SQLite resolves every name itself, so this holds whatever the SQL's form (`x IN table`, quoted or qualified
+    names, views, CTEs): a read of a view's tables is allowed when the view is in scope. The catalog, pragmas and
+    virtual tables that describe the database are refused for every caller.
+    """
+
+    def authorize(action: int, arg1: str | None, arg2: str | None, db: str | None, source: str | None) -> int:
+        if action == sqlite3.SQLITE_PRAGMA:
+            return sqlite3.SQLITE_DENY
+        if action == sqlite3.SQLITE_READ:
+            table = (arg1 or "").lower()
+            if table.startswith(CATALOG_READS) or table in VIRTUAL_CATALOGS:
+                return sqlite3.SQLITE_DENY
+            if db not in (None, "main"):  # temp: nothing of the caller's lives there
+                return sqlite3.SQLITE_DENY
+            if scope.allows(arg1 or "") or (source is not None and scope.allows(source)):
+                return sqlite3.SQLITE_OK
+            return sqlite3.SQLITE_DENY
+        return read_only_authorizer(action, arg1, arg2, db, source)
+
+    return authorize
+
+
 def database_path(url: sa.URL, base_dir: Path) -> Path:
     """The file a SQLite/DuckDB URL points at, relative paths resolved against `base_dir`."""
     if not url.database or url.database == ":memory:":
@@ -77,6 +111,7 @@ class SQLiteAdapter(Adapter):
             conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, check_same_thread=False)
             conn.execute("PRAGMA query_only = ON")
             conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+            conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, self.resources.sqlite_max_value_bytes)
             conn.set_authorizer(read_only_authorizer)
             return conn
 
@@ -92,14 +127,23 @@ class SQLiteAdapter(Adapter):
         return {(None, name): hashlib.sha256(sql.encode()).hexdigest()[:16] for name, sql in rows if sql}
 
     @contextmanager
-    def _statement(self, dbapi: Any, timeout_s: float) -> Iterator[Any]:
+    def _statement(self, dbapi: Any, timeout_s: float, scope: Scope | None) -> Iterator[Any]:
         deadline = time.monotonic() + timeout_s
         dbapi.set_progress_handler(lambda: int(time.monotonic() > deadline), PROGRESS_STEPS)
+        if scope is not None:
+            dbapi.set_authorizer(scoped_authorizer(scope))
         try:
             with closing_cursor(dbapi) as cursor:
                 yield cursor
         finally:
             dbapi.set_progress_handler(None, 0)
+            if scope is not None:
+                dbapi.set_authorizer(read_only_authorizer)
+
+    def is_denied(self, exc: BaseException) -> bool:
+        """The authorizer's refusals ('not authorized', 'access to … is prohibited') and unknown tables."""
+        text = str(getattr(exc, "orig", exc)).lower()
+        return any(sign in text for sign in ("not authorized", "is prohibited", "no such table", "vtable constructor"))
 
     def is_timeout(self, exc: BaseException) -> bool:
         """SQLite reports a progress-handler abort as 'interrupted'."""

@@ -13,7 +13,7 @@ from nl2sql.hooks import ApprovalRequest, Deny, NeedsApproval
 from nl2sql.pipeline.result import RunError, RunWarning
 from nl2sql.pipeline.runtime import RunContext
 from nl2sql.pipeline.state import RunState, SubQuery
-from nl2sql.policies import reachable_datasources
+from nl2sql.policies import reachable_datasources, scope
 
 
 def tables_of(sq: SubQuery) -> list[str]:
@@ -33,7 +33,8 @@ def _fields(ctx: RunContext, state: RunState, point: str, sq: SubQuery | None) -
             fields.update(sql=sq.sql, tables=tables_of(sq))
             if sq.sql:
                 sql = sq.sql
-                fields["estimate_rows"] = lambda: adapter.estimate_rows(sql)
+                caller = scope(ctx.config.policies, state.roles, sq.datasource_id)
+                fields["estimate_rows"] = lambda: adapter.estimate_rows(sql, scope=caller)
         if point == "execute.after" and sq.result is not None:
             fields["result"] = {"columns": [c.name for c in sq.result.columns], "total_rows": sq.result.row_count,
                                 "truncated": sq.result.truncated}

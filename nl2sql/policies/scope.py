@@ -43,6 +43,13 @@ class RoleRules:
     admin: bool
     allow: tuple[str, ...]
     deny: tuple[str, ...]
+    database_role: str | tuple[tuple[str, str], ...] | None = None
+
+    def database_role_in(self, datasource: str) -> str | None:
+        """The database role this role's statements run as in `datasource` (None: the connection's own)."""
+        if self.database_role is None or isinstance(self.database_role, str):
+            return self.database_role
+        return dict(self.database_role).get(datasource)
 
     def allows(self, datasource: str, table: str, schema: str | None = None) -> bool:
         """Whether this role may read the table."""
@@ -78,6 +85,13 @@ class Scope:
         """Whether the caller may read anything at all in this datasource."""
         return any(r.reaches(self.datasource) for r in self.roles)
 
+    @property
+    def database_roles(self) -> tuple[str, ...]:
+        """The database roles the caller's statements run as here (none for admins or where none is set)."""
+        if self.is_admin:
+            return ()
+        return tuple(sorted({name for r in self.roles if (name := r.database_role_in(self.datasource))}))
+
     def allows(self, table: str, schema: str | None = None) -> bool:
         """Whether the caller may read `table` (optionally in `schema`)."""
         return any(r.allows(self.datasource, table, schema) for r in self.roles)
@@ -92,7 +106,10 @@ def role_rules(policies: PoliciesConfig, role: str) -> RoleRules:
     config = policies.roles.get(role)
     if config is None:
         raise UnknownNameError("role", role, policies.roles)
-    return RoleRules(role, role in policies.admin_roles, tuple(config.allow), tuple(config.deny))
+    database_role = config.database_role
+    if isinstance(database_role, dict):
+        database_role = tuple(sorted(database_role.items()))
+    return RoleRules(role, role in policies.admin_roles, tuple(config.allow), tuple(config.deny), database_role)
 
 
 def scope(policies: PoliciesConfig, roles: Sequence[str] | str | None, datasource: str) -> Scope:

@@ -1,0 +1,213 @@
+"""Every documented exit code, from the installed `nl2sql` executable in a subprocess (never `main()` in-process:
+an in-process call once hid that every command exited 0).
+
+0 success; 1 a refused, failed or stopped run, an eval regression, a failed index build; 2 a usage error (bad
+arguments, configuration, unknown names, SQL the guard refuses) or an eval series break; 3 an eval's dollar cap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nl2sql.config import Config
+from nl2sql.errors import GENERIC_REFUSAL
+from nl2sql.evaluation.gold_llm import GoldModel
+from nl2sql.evaluation.suite import load_suite, suite_digest
+from nl2sql.llm.fake import FakeLLMServer
+from tests.support.ask import write_ask_project
+from tests.support.llm import running
+
+ROOT = Path(__file__).resolve().parents[2]
+NL2SQL = Path(sys.executable).parent / "nl2sql"
+CHINOOK_SUITE = ROOT / "suites" / "chinook.yaml"
+
+
+def nl2sql(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+           timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run the installed executable; returns the finished process (exit code, stdout, stderr)."""
+    return subprocess.run([str(NL2SQL), *args], capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                          env={**os.environ, "COLUMNS": "200", **(env or {})}, stdin=subprocess.DEVNULL)
+
+
+def assert_exit(proc: subprocess.CompletedProcess[str], code: int) -> None:
+    assert proc.returncode == code, f"exit {proc.returncode}, wanted {code}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+# --- commands that need no flow -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def demo(demo_dir: Path) -> str:
+    return str(demo_dir / "nl2sql.yaml")
+
+
+@pytest.mark.parametrize(("args", "code"), [
+    (["sql", "SELECT Name FROM Genre", "-d", "chinook", "-r", "viewer"], 0),
+    (["sql", "SELECT * FROM Invoice", "-d", "chinook", "-r", "viewer"], 1),
+    (["sql", "SELECT 1 IN Employee", "-d", "chinook", "-r", "viewer"], 1),
+    (["sql", "SELECT * FROM tickets", "-d", "support", "-r", "viewer"], 1),
+    (["sql", "DELETE FROM Genre", "-d", "chinook", "-r", "admin"], 2),
+    (["sql", "SELECT name FROM sqlite_master", "-d", "chinook", "-r", "admin"], 2),
+    (["sql", "SELECT 1", "-d", "nosuch", "-r", "admin"], 2),
+    (["sql", "SELECT 1", "-d", "chinook", "-r", "nosuch"], 2),
+    (["sql", "SELECT 1", "-d", "chinook", "--limit", "-1"], 2),
+    (["sql", "SELECT 1"], 2),
+    (["schema", "chinook", "--role", "viewer"], 0),
+    (["schema", "support", "--role", "viewer"], 1),
+    (["schema", "chinook", "--role", "nosuch"], 2),
+    (["datasources", "list"], 0),
+    (["nosuchcommand"], 2),
+    (["ask"], 2),
+    (["ask", "How many tracks are there?", "--role", "nosuch"], 2),
+    (["ask", "How many tracks are there?", "--datasource", "nosuch"], 2),
+    (["eval", "run", "--mode", "nosuch"], 2),
+])
+def test_exit_codes_of_commands_without_a_flow(demo: str, args: list[str], code: int) -> None:
+    proc = nl2sql("-c", demo, *args)
+    assert_exit(proc, code)
+    if code == 1 and args[0] in ("sql", "schema"):
+        assert GENERIC_REFUSAL in proc.stderr
+        assert "Employee" not in proc.stderr + proc.stdout
+
+
+def test_a_missing_config_is_a_usage_error(tmp_path: Path) -> None:
+    assert_exit(nl2sql("-c", str(tmp_path / "nl2sql.yaml"), "datasources", "list"), 2)
+
+
+def test_a_hard_row_cap_no_flag_lifts(demo: str) -> None:
+    proc = nl2sql("-c", demo, "sql", "SELECT t1.TrackId FROM Track t1 CROSS JOIN Track t2", "-d", "chinook", "-r", "viewer",
+                  "--limit", "100000000", "--json")
+    assert_exit(proc, 0)
+    payload = json.loads(proc.stdout)
+    assert len(payload["rows"]) == 100_000 and payload["truncated"]
+
+
+# --- commands that run flows (ask, index build, eval run) ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeLLMServer]:
+    yield from running(FakeLLMServer)
+
+
+@pytest.fixture(scope="module")
+def project(fake: FakeLLMServer, tmp_path_factory: pytest.TempPathFactory) -> Config:
+    GoldModel(fake, load_suite(CHINOOK_SUITE).cases)
+    return write_ask_project(tmp_path_factory.mktemp("exit-codes"), fake)
+
+
+@pytest.fixture(scope="module")
+def flow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A Prefect home of this module's own, CI unset (mode full refuses to run under CI)."""
+    env = {"PREFECT_HOME": str(tmp_path_factory.mktemp("prefect-home"))}
+    return env
+
+
+def with_pipeline(project: Config, tmp_path: Path, **pipeline: object) -> str:
+    """A copy of the project's config file (same data and state) with `settings.pipeline` values changed."""
+    raw = yaml.safe_load(project.path.read_text())
+    raw.setdefault("settings", {}).setdefault("pipeline", {}).update(pipeline)
+    raw.setdefault("storage", {})["state_dir"] = str(project.state_dir)
+    target = project.path.parent / f"{tmp_path.name}.yaml"
+    target.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return str(target)
+
+
+@pytest.mark.slow
+@pytest.mark.prefect
+def test_ask_exit_codes(project: Config, flow_env: dict[str, str], tmp_path: Path) -> None:
+    config = str(project.path)
+    answered = nl2sql("-c", config, "ask", "How much did we earn in each year?", "--role", "analyst", "--json",
+                      env=flow_env)
+    assert_exit(answered, 0)
+    assert json.loads(answered.stdout)["status"] == "success"
+
+    refused = nl2sql("-c", config, "ask", "Which customers live in Brazil?", "--role", "viewer", "--json",
+                     env=flow_env)
+    assert_exit(refused, 1)
+    assert GENERIC_REFUSAL in refused.stdout
+
+    stopped = nl2sql("-c", with_pipeline(project, tmp_path, max_llm_calls=1), "ask",
+                     "Which genres sell best in Germany?", "--role", "admin", "--json", env=flow_env)
+    assert_exit(stopped, 1)
+    assert json.loads(stopped.stdout)["status"] == "stopped"
+
+    failed = nl2sql("-c", config, "ask", "Which genres sell best in Germany?", "--role", "admin", "--json",
+                    "--datasource", "webanalytics", env=flow_env)
+    assert_exit(failed, 1)
+    assert json.loads(failed.stdout)["status"] == "error"
+
+
+@pytest.mark.slow
+@pytest.mark.prefect
+def test_a_failed_index_build_exits_1(tmp_path: Path, flow_env: dict[str, str]) -> None:
+    nl2sql("init", "--demo", str(tmp_path / "p"))
+    (tmp_path / "p" / "data" / "support.sqlite").write_bytes(b"this is not a database" * 100)
+    proc = nl2sql("-c", str(tmp_path / "p" / "nl2sql.yaml"), "index", "build", "--datasource", "support",
+                  env=flow_env)
+    assert_exit(proc, 1)
+    assert "support failed" in proc.stdout
+
+
+def broken_copy(tmp_path: Path) -> tuple[Path, Path]:
+    """The chinook suite with one gold row changed, and a copy of benchmarks/ whose plans record is made
+    comparable with it (its suite digest set to the broken suite's): a run that got worse, not a new series."""
+    suite = yaml.safe_load(CHINOOK_SUITE.read_text())
+    case = next(c for c in suite["cases"] if c.get("rows") and c.get("plan") and c["outcome"].get("admin") == "allowed")
+    row = case["rows"][0]
+    column = next(k for k, v in row.items() if isinstance(v, int | float))
+    row[column] = row[column] + 1000
+    broken = tmp_path / "chinook.yaml"
+    broken.write_text(yaml.safe_dump(suite, sort_keys=False, allow_unicode=True))
+    records = tmp_path / "benchmarks"
+    shutil.copytree(ROOT / "benchmarks" / "plans", records / "plans")
+    for path in (records / "plans").rglob("*.json"):
+        record = json.loads(path.read_text())
+        record["dataset"]["digest"] = suite_digest(broken)
+        path.write_text(json.dumps(record))
+    return broken, records
+
+
+@pytest.mark.slow
+@pytest.mark.prefect
+def test_the_eval_gate_fails_ci_when_a_gold_row_breaks(project: Config, flow_env: dict[str, str],
+                                                       tmp_path: Path) -> None:
+    broken, records = broken_copy(tmp_path)
+    proc = nl2sql("-c", str(project.path), "eval", "run", "--mode", "plans", "--suite", str(broken), "--role",
+                  "admin", "--baseline", str(records), env=flow_env)
+    assert_exit(proc, 1)
+    assert "gate" in proc.stdout
+
+    series_break = nl2sql("-c", str(project.path), "eval", "run", "--mode", "retrieval", "--suite",
+                          str(CHINOOK_SUITE), "--baseline", str(tmp_path / "empty-records"), env=flow_env)
+    assert_exit(series_break, 2)
+    assert "series break" in series_break.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.prefect
+def test_an_eval_stopped_by_its_dollar_cap_exits_3(project: Config, flow_env: dict[str, str], fake: FakeLLMServer,
+                                                    tmp_path: Path) -> None:
+    llm = tmp_path / "fake.yaml"
+    llm.write_text(yaml.safe_dump({"models": {"m": {"provider": "openai", "model": "fake-model",
+                                                     "base_url": fake.base_url, "api_key": "k"}},
+                                   "default": "m", "prices": {"fake-model": {"input": 1000.0, "output": 1000.0}}}))
+    env = {**flow_env, "CI": ""}
+    proc = nl2sql("-c", str(project.path), "eval", "run", "--mode", "full", "--suite", str(CHINOOK_SUITE),
+                  "--role", "admin", "--llm", f"fake={llm}", "--max-cost", "0.01", env=env)
+    assert_exit(proc, 3)
+    assert "max_cost" in proc.stderr
+
+    uncapped = nl2sql("-c", str(project.path), "eval", "run", "--mode", "full", "--suite", str(CHINOOK_SUITE),
+                      "--llm", f"fake={llm}", env=env)
+    assert_exit(uncapped, 2)
