@@ -137,6 +137,22 @@ class ResultTooLarge(DatasourceError):
     code = "RESULT_TOO_LARGE"
 
 
+class IndexBuildFailed(NL2SQLError):
+    """No datasource of an index build could be built."""
+
+    code = "INDEX_BUILD_FAILED"
+
+
+class EngineFault(NL2SQLError):
+    """An unexpected exception escaped a step: reported by its type only (its text could hold a row value)."""
+
+    code = "ENGINE_FAULT"
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(f"The engine failed unexpectedly ({type(cause).__name__}).",
+                         fix="The run's run.failed event in the audit log has the details.")
+
+
 class QuestionNotAnswerable(NL2SQLError):
     """No datasource the asker may read can answer the question."""
 

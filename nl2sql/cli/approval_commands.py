@@ -1,4 +1,4 @@
-"""`nl2sql approvals list`, `nl2sql approve`, `nl2sql deny`, `nl2sql automations apply`."""
+"""`nl2sql approvals list|token`, `nl2sql approve`, `nl2sql deny`, `nl2sql automations apply`."""
 
 from __future__ import annotations
 
@@ -6,11 +6,14 @@ import json
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from nl2sql.cli.data_commands import JsonOption, console
-from nl2sql.cli.main import app
+from nl2sql.cli.main import app, err_console
+from nl2sql.config.models import PoliciesConfig
 from nl2sql.errors import ConfigError, ConfigProblem, NL2SQLError
+from nl2sql.policies.users import TOKEN_ENV, acting_role, new_token, token_hash, users_configured
 
 approvals_app = typer.Typer(help="Statements waiting for an approver.", no_args_is_help=True)
 app.add_typer(approvals_app, name="approvals")
@@ -19,21 +22,42 @@ app.add_typer(automations_app, name="automations")
 
 RunId = Annotated[str, typer.Argument(help="The flow run (trace) id of the waiting question.")]
 UserOption = Annotated[str, typer.Option("--user", help="Your user id (kept in the audit log).")]
-ApproverRole = Annotated[str, typer.Option("--role", help="The role you approve in (one of the approver roles).")]
+ApproverRole = Annotated[str, typer.Option("--role", help="The role you approve in (one of the approver roles; with "
+                                           "policies.users: default your first approver role).")]
+TokenOption = Annotated[str, typer.Option("--token", envvar=TOKEN_ENV, show_envvar=True, help="Your approval token "
+                                          "(needed when policies.users is configured).")]
 CommentOption = Annotated[str, typer.Option("--comment", help="Why (kept in the audit log).")]
 
 
+def may_approve(policies: PoliciesConfig, user: str | None, request: dict, allow_self_approval: bool) -> bool:
+    """Whether `user` may approve a stored request: every request without policies.users; with it, those whose
+    approver roles the user holds, not its own unless self-approval is allowed."""
+    if policies.users is None:
+        return True
+    known = policies.users.get(user or "")
+    if known is None or not set(known.roles) & set(request["approver_roles"]):
+        return False
+    return allow_self_approval or request.get("asker") != user
+
+
 @approvals_app.command("list")
-def approvals_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
-    """Statements waiting for an approver, oldest first."""
+def approvals_list(ctx: typer.Context, user: Annotated[str | None, typer.Option(
+        "--user", help="Your user id: only what you may approve is shown (required with policies.users).")] = None,
+        as_json: JsonOption = False) -> None:
+    """Statements waiting for an approver, oldest first (with policies.users: those --user may approve)."""
     from nl2sql.index.store import StateStore
 
-    pending = StateStore(ctx.obj.config().state_dir).approvals()
+    config = ctx.obj.config()
+    if users_configured(config.policies):
+        acting_role(config.policies, user, None)  # a known user, or IdentityError
+    allow_self = config.settings.approvals.allow_self_approval
+    pending = [item for item in StateStore(config.state_dir).approvals()
+               if may_approve(config.policies, user, item["request"], allow_self)]
     if as_json:
         console.print_json(json.dumps(pending))
         return
     if not pending:
-        console.print("No statement waits for an approver.")
+        console.print("No statement waits for an approver" + (" you may approve." if user else "."))
         return
     table = Table("run", "asked by", "reason", "datasource", "approver roles", "SQL")
     for item in pending:
@@ -43,38 +67,75 @@ def approvals_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
     console.print(table)
 
 
-def _answer(ctx: typer.Context, run_id: str, *, approve: bool, user: str, role: str, comment: str) -> None:
+@approvals_app.command("token")
+def approvals_token(ctx: typer.Context, user: Annotated[str | None, typer.Option(
+        "--user", help="The user the token is for (shown in the snippet to paste).")] = None) -> None:
+    """Mint a personal approval token: give the token to the approver, paste its hash into policies.users."""
+    token = new_token()
+    typer.echo(f"token: {token}\n(give it to the approver, and only to them: it is shown this once)\n")
+    typer.echo(f"Paste under policies.users:\n  {user or 'USER'}:\n    roles: [...]\n"
+               f"    token_sha256: {token_hash(token)}\n")
+    typer.echo(f"The approver passes it with --token or ${TOKEN_ENV}, or types it into the Resume form.")
+
+
+def _not_paused(run_id: str, why: str) -> typer.Exit:
+    err_console.print(f"[bold red]error[/]: {escape(f'run {run_id} {why}')}; nothing was sent.", soft_wrap=True)
+    return typer.Exit(1)
+
+
+def _answer(ctx: typer.Context, run_id: str, *, approve: bool, user: str, role: str, token: str,
+            comment: str) -> None:
+    from nl2sql.hooks.approval import ApprovalRequest, check_approver
     from nl2sql.index.store import StateStore
 
-    pending = StateStore(ctx.obj.config().state_dir).approvals(trace_id=run_id)
+    config = ctx.obj.config()
+    pending = StateStore(config.state_dir).approvals(trace_id=run_id)
     if not pending:
         raise NL2SQLError(f"No statement of run {run_id} waits for an approver.",
                           fix="See `nl2sql approvals list` for the runs that wait.")
     request = pending[0]["request"]
-    if approve and role not in request["approver_roles"]:
-        raise NL2SQLError(f"Role {role!r} may not approve this statement.",
+    acting = check_approver(ApprovalRequest.model_validate(request), approve=approve, approver=user, role=role,
+                            token=token, approver_roles=request["approver_roles"], policies=config.policies,
+                            allow_self_approval=config.settings.approvals.allow_self_approval)
+    if approve and acting not in request["approver_roles"]:
+        raise NL2SQLError(f"Role {acting!r} may not approve this statement.",
                           fix=f"Approve in one of these roles: {', '.join(request['approver_roles'])}.")
-    from prefect.flow_runs import resume_flow_run
+    from prefect import get_client
+    from prefect.client.schemas.responses import SetStateStatus
+    from prefect.exceptions import ObjectNotFound
 
-    resume_flow_run(run_id, run_input={"approve": approve, "approver": user, "role": role, "comment": comment,
-                                       "request_id": request["id"], "sql_sha256": request["sql_sha256"]})
+    run_input = {"approve": approve, "approver": user, "role": acting, "token": token, "comment": comment,
+                 "request_id": request["id"], "sql_sha256": request["sql_sha256"]}
+    with get_client(sync_client=True) as client:
+        try:
+            run = client.read_flow_run(run_id)  # type: ignore[arg-type]
+        except ObjectNotFound:
+            raise _not_paused(run_id, "is not known to the Prefect API") from None
+        if run.state is None or not run.state.is_paused():
+            state = run.state.name if run.state else "none"
+            raise _not_paused(run_id, f"is not paused (state: {state}); it may be checking another answer, try "
+                              "again in a few seconds" if state == "Running" else f"is not paused (state: {state})")
+        response = client.resume_flow_run(run_id, run_input=run_input)  # type: ignore[arg-type]
+    if response.status != SetStateStatus.ACCEPT:
+        reason = getattr(response.details, "reason", None) or response.status.value
+        raise _not_paused(run_id, f"did not take the answer ({reason})")
     verb = "Approved" if approve else "Denied"
-    console.print(f"{verb}: run {run_id} goes on ({request['reason']}). The run checks your role and the SQL "
-                  "hash before running anything.")
+    console.print(f"{verb}: run {escape(run_id)} goes on ({escape(str(request['reason']))}). The run checks your identity, role and the "
+                  "SQL hash before running anything.")
 
 
 @app.command("approve")
-def approve_command(ctx: typer.Context, run_id: RunId, user: UserOption, role: ApproverRole,
-                    comment: CommentOption = "") -> None:
+def approve_command(ctx: typer.Context, run_id: RunId, user: UserOption, role: ApproverRole = "",
+                    token: TokenOption = "", comment: CommentOption = "") -> None:
     """Approve the statement a paused question waits on (its SQL then runs)."""
-    _answer(ctx, run_id, approve=True, user=user, role=role, comment=comment)
+    _answer(ctx, run_id, approve=True, user=user, role=role, token=token, comment=comment)
 
 
 @app.command("deny")
-def deny_command(ctx: typer.Context, run_id: RunId, user: UserOption, role: ApproverRole,
-                 comment: CommentOption = "") -> None:
+def deny_command(ctx: typer.Context, run_id: RunId, user: UserOption, role: ApproverRole = "",
+                 token: TokenOption = "", comment: CommentOption = "") -> None:
     """Deny the statement a paused question waits on (the run ends denied)."""
-    _answer(ctx, run_id, approve=False, user=user, role=role, comment=comment)
+    _answer(ctx, run_id, approve=False, user=user, role=role, token=token, comment=comment)
 
 
 @automations_app.command("apply")

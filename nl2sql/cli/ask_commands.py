@@ -8,6 +8,7 @@ import threading
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from nl2sql.cli.data_commands import JsonOption, RoleOption, console
@@ -36,8 +37,8 @@ class LiveDisplay:
                 data = event.data
                 mark = "[green]✓[/]" if data["ok"] else "[red]✗[/]"
                 sub = f" {data['sub_query_id']}" if data.get("sub_query_id") else ""
-                err = f" [red]{data['error_code']}[/]" if data.get("error_code") else ""
-                err_console.print(f"{mark} [dim]{STEP_WORDS.get(data['node'], data['node'])}{sub} "
+                err = f" [red]{escape(data['error_code'])}[/]" if data.get("error_code") else ""
+                err_console.print(f"{mark} [dim]{escape(STEP_WORDS.get(data['node'], data['node']) + sub)} "
                                   f"{data['duration_ms']:.0f} ms[/]{err}")
             elif event.name == "answer.delta":
                 if not self.streaming:
@@ -53,16 +54,16 @@ def print_result(result: QueryResult, *, streamed: bool) -> None:
         console.print()
     elif result.answer.content and result.ok:
         console.print()
-        console.print(result.answer.content)
+        console.print(result.answer.content, markup=False)
     for sq in result.sub_queries:
         if sq.sql:
             source = {"verified": "verified query", "plan_cache": "cached plan"}.get(sq.source or "", "generated")
-            console.print(f"\n[dim]{sq.datasource_id} ({source}):[/] [cyan]{sq.sql}[/]")
+            console.print(f"\n[dim]{escape(sq.datasource_id)} ({source}):[/] [cyan]{escape(sq.sql)}[/]")
     columns, rows = result.columns_and_rows()
     if columns:
         table = Table(*columns)
         for row in rows:
-            table.add_row(*["" if v is None else str(v) for v in row])
+            table.add_row(*["" if v is None else escape(str(v)) for v in row])
         console.print(table)
         total = result.combined.total_rows if result.combined else next(
             (sq.total_rows for sq in result.sub_queries if sq.columns), len(rows))
@@ -70,9 +71,9 @@ def print_result(result: QueryResult, *, streamed: bool) -> None:
         shown = f"{len(rows)} of {total} rows" if total and total > len(rows) else f"{len(rows)} {plural}"
         console.print(f"[dim]{shown}[/]")
     for w in result.warnings:
-        console.print(f"[yellow]note[/] [dim]{w.code}[/]: {w.message}")
+        console.print(f"[yellow]note[/] [dim]{w.code}[/]: {escape(w.message)}")
     for e in result.errors:
-        err_console.print(f"[bold red]error[/] [dim]{e.code}[/]: {e.message}" + (f"\n{e.fix}" if e.fix else ""),
+        err_console.print(f"[bold red]error[/] [dim]{e.code}[/]: {escape(e.message)}" + (f"\n{escape(e.fix)}" if e.fix else ""),
                           soft_wrap=True)
     cost = f", ${result.cost_usd:.4f}" if result.cost_usd else ""
     console.print(f"[dim]{result.status} · trace {result.trace_id} · {result.llm_calls} model calls{cost} · "
@@ -84,7 +85,9 @@ def ask_command(
     ctx: typer.Context,
     question: Annotated[str, typer.Argument(help="The question, in plain language.")],
     role: RoleOption = None,
-    user: Annotated[str | None, typer.Option("--user", help="The asker's user id (for the audit log).")] = None,
+    user: Annotated[str | None, typer.Option("--user", help="The asker's user id (for the audit log; required, "
+                                              "with --role one of its roles, when policies.users is configured).")]
+    = None,
     datasource: Annotated[str | None, typer.Option("--datasource", "-d", help="Ask this datasource only.")] = None,
     no_execute: Annotated[bool, typer.Option("--no-execute", help="Write the SQL, do not run it.")] = False,
     as_json: JsonOption = False,
@@ -95,6 +98,9 @@ def ask_command(
 
     for name in [role] if role else []:
         role_rules(config.policies, name)  # an unknown role is a usage error (exit 2)
+    from nl2sql.policies.users import acting_role
+
+    role = acting_role(config.policies, user, role)  # with policies.users: the user's own roles only (exit 2)
     if datasource:
         config.datasource(datasource)
     from nl2sql.flows.ask import ASK_LISTENERS, ask_here

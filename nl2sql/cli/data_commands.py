@@ -5,20 +5,25 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from nl2sql.cli.main import app, block_loader, datasources_app
-from nl2sql.datasources.models import ExecutionResult
 from nl2sql.errors import ConfigError, ConfigProblem
+
+if TYPE_CHECKING:  # pandas and SQLAlchemy load only for the commands that read data: `--help` stays fast
+    from nl2sql.datasources.models import ExecutionResult
 
 console = Console(highlight=False)
 
 RoleOption = Annotated[str | None, typer.Option("--role", "-r", help="The asker's role (default: policies.default_role).")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+UserOption = Annotated[str | None, typer.Option("--user", help="Your user id (required when policies.users is "
+                                                "configured; --role must then be one of its roles).")]
 
 
 @app.command("init")
@@ -33,9 +38,9 @@ def init_command(
     if not demo:
         raise ConfigError(ConfigProblem("", "", "only the demo project can be created so far", "pass --demo"))
     config = init_demo(directory, force=force)
-    console.print(f"Created the demo project in [bold]{directory}[/]: {config.name} and data/ "
+    console.print(f"Created the demo project in [bold]{escape(str(directory))}[/]: {escape(config.name)} and data/ "
                   "(chinook.sqlite, support.sqlite, webanalytics.duckdb).")
-    console.print(f"Next: [bold]nl2sql -c {config} sql \"SELECT Name FROM Genre\" --datasource chinook --role viewer[/]")
+    console.print(f"Next: [bold]nl2sql -c {escape(str(config))} sql \"SELECT Name FROM Genre\" --datasource chinook --role viewer[/]")
 
 
 @datasources_app.command("list")
@@ -55,7 +60,7 @@ def datasources_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
         return
     table = Table("id", "dialect", "location", "description", title="Datasources")
     for r in records:
-        table.add_row(r["id"], r["dialect"], r["location"], r["description"])
+        table.add_row(*(escape(str(r[k])) for k in ("id", "dialect", "location", "description")))
     console.print(table)
 
 
@@ -75,7 +80,7 @@ def datasources_save_block(
     from nl2sql.blocks import save_datasource_block
 
     save_datasource_block(name, url, overwrite=overwrite)
-    console.print(f"Saved DatasourceBlock '{name}'. Use it with `block: {name}` under a datasource.")
+    console.print(f"Saved DatasourceBlock '{escape(name)}'. Use it with `block: {escape(name)}` under a datasource.")
 
 
 @app.command("schema")
@@ -83,13 +88,16 @@ def schema_command(
     ctx: typer.Context,
     datasource: Annotated[str, typer.Argument(help="Datasource id.")],
     role: RoleOption = None,
+    user: UserOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Show the tables and columns a role may read in a datasource."""
     from nl2sql.datasources import DatasourceCatalog
     from nl2sql.policies import SecurityViolation, scope
+    from nl2sql.policies.users import acting_role
 
     config = ctx.obj.config()
+    role = acting_role(config.policies, user, role)
     config.datasource(datasource)
     caller = scope(config.policies, role, datasource)
     if not caller.reachable:
@@ -103,14 +111,14 @@ def schema_command(
         console.print_json(json.dumps([t.model_dump(mode="json") for t in tables]))
         return
     role_name = role or config.policies.default_role
-    console.print(f"[bold]{datasource}[/] ({snapshot.dialect}) as role [bold]{role_name}[/]: {len(tables)} tables")
+    console.print(f"[bold]{escape(datasource)}[/] ({snapshot.dialect}) as role [bold]{escape(role_name)}[/]: {len(tables)} tables")
     for t in tables:
-        grid = Table("column", "type", "null", "key", title=f"{t.name}  ({t.row_count if t.row_count is not None else '?'} rows)",
+        grid = Table("column", "type", "null", "key", title=f"{escape(t.name)}  ({t.row_count if t.row_count is not None else '?'} rows)",
                      title_justify="left")
         refs = {c: f"→ {fk.ref_table}.{fk.ref_columns[i]}" for fk in t.foreign_keys for i, c in enumerate(fk.columns)}
         for c in t.columns:
             key = " ".join(k for k in ("PK" if c.primary_key else "", refs.get(c.name, "")) if k)
-            grid.add_row(c.name, c.type, "yes" if c.nullable else "", key)
+            grid.add_row(escape(c.name), escape(c.type), "yes" if c.nullable else "", escape(key))
         console.print(grid)
 
 
@@ -120,14 +128,18 @@ def sql_command(
     statement: Annotated[str, typer.Argument(help="One read-only SELECT statement.")],
     datasource: Annotated[str, typer.Option("--datasource", "-d", help="Datasource id to run it on.")],
     role: RoleOption = None,
-    limit: Annotated[int | None, typer.Option("--limit", help="Row limit (default: settings.pipeline.row_limit).")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="Row limit (default: settings.pipeline.row_limit; "
+                                              "never above settings.resources.max_rows).")] = None,
+    user: UserOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Run one SELECT on a datasource: guard, scope check for the role, read-only execution."""
     from nl2sql.datasources import DatasourceCatalog, run_checked_sql
     from nl2sql.policies import scope
+    from nl2sql.policies.users import acting_role
 
     config = ctx.obj.config()
+    role = acting_role(config.policies, user, role)
     config.datasource(datasource)
     caller = scope(config.policies, role, datasource)
     limits = config.settings.pipeline
@@ -143,12 +155,17 @@ def sql_command(
     print_rows(result)
 
 
+#: Rows drawn as a terminal table (a table of 100,000 rows took minutes and gigabytes to draw); --json gives all.
+TABLE_ROWS = 500
+
+
 def print_rows(result: ExecutionResult) -> None:
-    """Rows as a table, then the count (and whether the row limit cut them)."""
+    """Rows as a table (the first TABLE_ROWS), then the count (and whether the row limit cut them)."""
     frame = result.plain_frame()
     table = Table(*[c.name for c in result.columns])
-    for row in frame.itertuples(index=False):
-        table.add_row(*["" if v is None else str(v) for v in row])
+    for row in frame.head(TABLE_ROWS).itertuples(index=False):
+        table.add_row(*["" if v is None else escape(str(v)) for v in row])
     console.print(table)
     note = f" (truncated at {len(frame)}; raise --limit for more)" if result.truncated else ""
-    console.print(f"{len(frame)} row{'s' if len(frame) != 1 else ''}{note} in {result.elapsed_ms:.0f} ms")
+    shown = f", the first {TABLE_ROWS} shown (--json prints every row)" if len(frame) > TABLE_ROWS else ""
+    console.print(f"{len(frame)} row{'s' if len(frame) != 1 else ''}{note} in {result.elapsed_ms:.0f} ms{shown}")

@@ -8,9 +8,10 @@ from typing import Annotated
 
 import typer
 from rich.markdown import Markdown
+from rich.markup import escape
 
 from nl2sql.cli.data_commands import console
-from nl2sql.cli.main import app, drain_prefect, err_console, quiet_prefect
+from nl2sql.cli.main import app, block_loader, drain_prefect, err_console, quiet_prefect
 
 eval_app = typer.Typer(help="Evaluation: run suites, gate against a baseline, keep records.", no_args_is_help=True)
 app.add_typer(eval_app, name="eval")
@@ -24,6 +25,8 @@ def eval_run_command(
     config: Annotated[Path | None, typer.Option("--config", help="nl2sql.yaml (default: -c, $NL2SQL_CONFIG, "
                                                 "./nl2sql.yaml).")] = None,
     role: Annotated[list[str] | None, typer.Option("--role", help="Only these roles (repeat).")] = None,
+    user: Annotated[str | None, typer.Option("--user", help="Your user id (required with policies.users: the "
+                                              "roles run are then yours, all of them unless --role).")] = None,
     llm: Annotated[list[str] | None, typer.Option("--llm", help="Mode full: NAME=PRESET or NAME=FILE (repeat).")]
     = None,
     passes: Annotated[int, typer.Option("--passes", min=1, help="Runs of each case (mode full).")] = 1,
@@ -36,12 +39,25 @@ def eval_run_command(
     """Run a suite; exit 0 ok, 1 a regression (or, in mode plans, a failing run), 2 usage or series break, 3 the
     dollar cap stopped the run."""
     from nl2sql.config import config_path, load_config
+    from nl2sql.evaluation.suite import checked_suite
     from nl2sql.runtime import prepare_prefect_env
 
     if mode not in ("plans", "retrieval", "full"):
         raise typer.BadParameter("use plans, retrieval or full", param_hint="--mode")
+    if mode == "full":
+        from nl2sql.evaluation.run import check_mode_full
+
+        check_mode_full(max_cost)
+    if baseline is not None and not baseline.exists():
+        raise typer.BadParameter(f"{baseline} does not exist (a report, a record, or a folder of records)",
+                                 param_hint="--baseline")
     path = Path(config_path(config or ctx.obj.config_option))
     cfg = load_config(path)
+    from nl2sql.policies.users import acting_roles
+
+    role = acting_roles(cfg.policies, user, role)
+    _check_roles(cfg, role)
+    checked_suite(suite, cfg, reflect=True, block_loader=block_loader)  # every problem before any case runs
     prepare_prefect_env(cfg.state_dir)
     quiet_prefect()
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
@@ -60,7 +76,7 @@ def eval_run_command(
     console.print_json(json.dumps(report["metrics"]))
     code = 0
     if report.get("stopped"):
-        err_console.print(f"[yellow]stopped[/]: {report['stopped']}")
+        err_console.print(f"[yellow]stopped[/]: {escape(str(report['stopped']))}")
         code = 3
     elif mode == "plans" and any(b["failures"] for b in report["boards"].values()):
         err_console.print("[red]mode plans: every case must pass for every role[/]")
@@ -70,6 +86,21 @@ def eval_run_command(
     raise typer.Exit(code)
 
 
+def _check_roles(config: object, roles: list[str] | None) -> None:
+    """Each --role names a role of the configuration (a usage error, exit 2, before anything runs)."""
+    from nl2sql.errors import ConfigError, ConfigProblem, did_you_mean
+
+    known = list(config.policies.roles)  # type: ignore[attr-defined]
+    problems = []
+    for name in roles or []:
+        if name not in known:
+            guess = did_you_mean(name, known)
+            problems.append(ConfigProblem("", "--role", f"unknown role '{name}'",
+                                          f"did you mean '{guess}'?" if guess else f"roles: {', '.join(known)}"))
+    if problems:
+        raise ConfigError(problems)
+
+
 def _gate(report: dict, baseline: Path, config: object) -> int:
     from nl2sql.evaluation.gate import EXIT_USAGE, run_gate
     from nl2sql.evaluation.records import newest_comparable, record_verdicts
@@ -77,7 +108,7 @@ def _gate(report: dict, baseline: Path, config: object) -> int:
     if baseline.is_dir():
         found = newest_comparable(baseline, report)
         if found is None:
-            err_console.print(f"[red]no comparable record[/] under {baseline} (same mode, suite digest and schema "
+            err_console.print(f"[red]no comparable record[/] under {escape(str(baseline))} (same mode, suite digest and schema "
                               "fingerprint): a series break. Record this run with `nl2sql eval publish REPORT`.")
             return EXIT_USAGE
         where, base = found
@@ -87,7 +118,7 @@ def _gate(report: dict, baseline: Path, config: object) -> int:
     gate = config.evals.gate  # type: ignore[attr-defined]
     result = run_gate(report, base, max_regressions=gate.max_regressions, alpha=gate.alpha)
     style = "green" if result.ok else "red"
-    console.print(f"[{style}]gate[/] against {where}: {result.reason}")
+    console.print(f"[{style}]gate[/] against {escape(str(where))}: {escape(result.reason)}")
     for name, g in result.configs.items():
         console.print(f"  {name}: lost {len(g.lost)}, gained {len(g.gained)}, p = {g.p_value:.4f}; accuracy "
                       f"{g.baseline_accuracy} → {g.accuracy}")
@@ -98,9 +129,12 @@ def _gate(report: dict, baseline: Path, config: object) -> int:
 def eval_regenerate_command(ctx: typer.Context, suite: Annotated[Path, typer.Argument(help="The suite file.")]) -> None:
     """Run every case's sql and alt_sql and write their rows into the suite (never type rows by hand)."""
     from nl2sql.evaluation.regenerate import regenerate
+    from nl2sql.evaluation.suite import checked_suite
 
-    result = regenerate(suite, ctx.obj.config())
-    console.print(f"Wrote the rows of {len(result.cases)} cases into {suite}.")
+    config = ctx.obj.config()
+    checked_suite(suite, config, reflect=True, block_loader=block_loader)
+    result = regenerate(suite, config)
+    console.print(f"Wrote the rows of {len(result.cases)} cases into {escape(str(suite))}.")
 
 
 @eval_app.command("publish")
@@ -114,6 +148,6 @@ def eval_publish_command(
 
     for report in reports or []:
         for path in write_records(json.loads(report.read_text()), root, note=note):
-            console.print(f"recorded {path}")
+            console.print(f"recorded {escape(str(path))}")
     publish(root, Path("docs/benchmarks.md"), Path("README.md"))
     console.print("Rebuilt docs/benchmarks.md and the README's results.")

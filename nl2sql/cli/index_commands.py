@@ -6,10 +6,11 @@ import json
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 
-from nl2sql.cli.data_commands import JsonOption, RoleOption, console
+from nl2sql.cli.data_commands import JsonOption, RoleOption, UserOption, console
 from nl2sql.cli.main import app, err_console
 
 index_app = typer.Typer(help="The schema index: build it, list its versions.", no_args_is_help=True)
@@ -50,7 +51,7 @@ def index_build_command(
                       str(b["cached"]), b["index_kind"], f"{sum(b['seconds'].values()):.1f}", b["changes"])
     console.print(table)
     for ds, message in outcome["failures"].items():
-        console.print(f"[bold red]{ds} failed[/]: {message}")
+        console.print(f"[bold red]{escape(ds)} failed[/]: {escape(str(message))}")
     if outcome["failures"]:
         raise typer.Exit(1)
 
@@ -87,14 +88,17 @@ def retrieve_command(
     ctx: typer.Context,
     question: Annotated[str, typer.Argument(help="A question in plain language.")],
     role: RoleOption = None,
+    user: UserOption = None,
     datasource: Annotated[str | None, typer.Option("--datasource", "-d", help="Skip routing: use this datasource.")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Show how a question routes across datasources and the schema the planner would get."""
     from nl2sql.errors import NL2SQLError
     from nl2sql.index.service import IndexService
+    from nl2sql.policies.users import acting_role
 
     config = ctx.obj.config()
+    role = acting_role(config.policies, user, role)
     if datasource:
         config.datasource(datasource)
     service = IndexService(config)

@@ -13,8 +13,9 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
-from nl2sql.errors import DatasourceError, NL2SQLError, SecurityViolation
+from nl2sql.errors import DatasourceError, EngineFault, IndexBuildFailed, NL2SQLError, SecurityViolation
 
 app = typer.Typer(
     name="nl2sql",
@@ -29,7 +30,7 @@ app.add_typer(datasources_app, name="datasources")
 err_console = Console(stderr=True, highlight=False)
 
 #: Errors that mean "the run was refused or failed" (exit 1) rather than "the command was wrong" (exit 2).
-RUN_FAILURES: tuple[type[NL2SQLError], ...] = (SecurityViolation, DatasourceError)
+RUN_FAILURES: tuple[type[NL2SQLError], ...] = (SecurityViolation, DatasourceError, IndexBuildFailed, EngineFault)
 
 
 class State:
@@ -53,6 +54,9 @@ def quiet_prefect() -> None:
     """The CLI shows its own progress: Prefect's client logs warnings only, and an embedded server (started by
     this process, its logs on this terminal) only what is critical — its shutdown races are noise here."""
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    # a failed task or flow is reported by the command itself, in one line: no traceback on the terminal (the
+    # Prefect UI's logs keep it)
+    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "CRITICAL")
     os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")
 
 
@@ -112,10 +116,10 @@ def main(argv: list[str] | None = None) -> None:
         if show is not None:
             show()
         else:
-            err_console.print(f"[bold red]error[/]: {exc}")
+            err_console.print(f"[bold red]error[/]: {escape(str(exc))}")
         sys.exit(2)
     except NL2SQLError as exc:
-        err_console.print(f"[bold red]error[/] [dim]{exc.code}[/]: {exc}", soft_wrap=True)
+        err_console.print(f"[bold red]error[/] [dim]{exc.code}[/]: {escape(str(exc))}", soft_wrap=True)
         sys.exit(1 if isinstance(exc, RUN_FAILURES) else 2)
     except KeyboardInterrupt:
         sys.exit(130)

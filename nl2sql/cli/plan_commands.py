@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 
-from nl2sql.cli.data_commands import JsonOption, RoleOption, console, print_rows
+from nl2sql.cli.data_commands import JsonOption, RoleOption, UserOption, console, print_rows
 from nl2sql.cli.main import app, block_loader
 
 if TYPE_CHECKING:
@@ -29,15 +30,18 @@ def plan_render(
     dialect: Annotated[str, typer.Option("--dialect", help="sqlite, duckdb, postgres, mysql, snowflake or bigquery.")] = "sqlite",
     datasource: Annotated[str | None, typer.Option("--datasource", "-d", help="Validate against this datasource first.")] = None,
     role: RoleOption = None,
+    user: UserOption = None,
 ) -> None:
     """Print the SQL a plan generates (validated against a datasource when one is named)."""
     from nl2sql.plan import generate_sql
     from nl2sql.plan.io import load_plan_file
+    from nl2sql.policies.users import acting_role
 
     plan = load_plan_file(file)
     schemas = None
     if datasource:
-        validated = _validated(ctx.obj.config(), plan, datasource, role)
+        config = ctx.obj.config()
+        validated = _validated(config, plan, datasource, acting_role(config.policies, user, role))
         plan, schemas = validated.plan, validated.schemas
     typer.echo(generate_sql(plan, dialect, schemas=schemas, pretty=True))
 
@@ -49,6 +53,7 @@ def plan_run(
     datasource: Annotated[str, typer.Option("--datasource", "-d", help="Datasource id to run it on.")],
     role: RoleOption = None,
     limit: Annotated[int | None, typer.Option("--limit", help="Row limit (default: settings.pipeline.row_limit).")] = None,
+    user: UserOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Validate a plan for a role, generate its SQL for the datasource, and run it read-only."""
@@ -56,9 +61,11 @@ def plan_run(
     from nl2sql.plan import generate_sql
     from nl2sql.plan.io import load_plan_file
     from nl2sql.policies import scope
+    from nl2sql.policies.users import acting_role
 
     plan = load_plan_file(file)
     config = ctx.obj.config()
+    role = acting_role(config.policies, user, role)
     with DatasourceCatalog(config, block_loader=block_loader) as catalog:
         adapter = catalog.get(datasource)
         validated = _validated(config, plan, datasource, role, adapter=adapter)
@@ -71,7 +78,7 @@ def plan_run(
         typer.echo(json.dumps({"sql": sql, "rows": frame.to_dict(orient="records"), "truncated": result.truncated},
                               default=str, indent=2))
         return
-    console.print(f"[dim]{sql}[/]")
+    console.print(f"[dim]{escape(sql)}[/]")
     print_rows(result)
 
 

@@ -12,19 +12,26 @@ import os
 import re
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from nl2sql.config.models import SECTIONS, Config
+from nl2sql.config.models import ID_PATTERN, SECTIONS, Config, _pattern_shape
+from nl2sql.config.reading import UTF8_FIX, NotUTF8, load_yaml, read_text, yaml_problem
 from nl2sql.errors import ConfigError, ConfigProblem, did_you_mean
 
 ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 LLM_PROVIDERS = ("openai", "anthropic")
+#: How to install the driver module a datasource URL needs, where an extra of nl2sql-engine provides it.
+DRIVER_FIXES = {
+    "psycopg": 'pip install "nl2sql-engine[postgres]"',
+    "psycopg2": 'pip install psycopg2-binary, or write the URL as postgresql+psycopg://… and '
+                'pip install "nl2sql-engine[postgres]"',
+}
 
 
 def load_config(path: str | Path) -> Config:
@@ -75,19 +82,38 @@ def load_config(path: str | Path) -> Config:
     covered = {(p.file, p.key) for p in problems}
     covered.update((files.get(g, label), g) for g in guesses if g not in data)
     later: list[ConfigProblem] = []
-    config = None
+    valid: set[str] | None = None
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
         later.extend(_problems_from_validation(exc, files, label))
-    if config is not None:
-        config._path = path.resolve()
-        later.extend(check_config(config, files))
+        config, valid = _partial_config(data)
+    config._path = path.resolve()
+    later.extend(check_config(config, files, sections=valid, raw=data))
     problems.extend(p for p in later if not _repeats(p, covered))
-    if problems:
-        raise ConfigError(problems)
-    assert config is not None
+    if problems or valid is not None:
+        raise ConfigError(problems or [ConfigProblem(label, "", "the configuration is not valid")])
     return config
+
+
+def _partial_config(data: dict[str, Any]) -> tuple[Config, set[str]]:
+    """The sections that validate on their own (the rest left at their defaults), and their names.
+
+    So that the checks across sections still run on what is well-formed, and every problem is
+    reported at once rather than the cross-section ones only after the others are fixed.
+    """
+    good: dict[str, Any] = {}
+    for name, field in Config.model_fields.items():
+        if name not in data:
+            if not field.is_required():
+                good[name] = field.get_default(call_default_factory=True)
+            continue
+        try:
+            kind = Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation
+            good[name] = TypeAdapter(kind).validate_python(data[name])
+        except ValidationError:
+            continue
+    return Config.model_construct(**good), set(good)
 
 
 def _repeats(problem: ConfigProblem, covered: set[tuple[str, str]]) -> bool:
@@ -104,7 +130,9 @@ def _read_yaml(
 ) -> Any:
     """Parse one YAML file; a missing or broken file is a problem (raised at once for the main file)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
+    except NotUTF8 as exc:
+        problem = ConfigProblem(label, key, str(exc), UTF8_FIX)
     except FileNotFoundError:
         fix = (
             f"create it, or point '{key}' at an existing file"
@@ -116,12 +144,9 @@ def _read_yaml(
         problem = ConfigProblem(label, key, f"cannot read the file ({exc.strerror})", "check its permissions")
     else:
         try:
-            return yaml.safe_load(text)
+            return load_yaml(text)
         except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            reason = getattr(exc, "problem", None) or "invalid YAML"
-            problem = ConfigProblem(label, key, f"not valid YAML{where}: {reason}", "fix the YAML syntax there")
+            problem = ConfigProblem(label, key, *yaml_problem(exc))
     if problems is None:
         raise ConfigError(problem)
     problems.append(problem)
@@ -272,110 +297,302 @@ def _is_glob(text: str) -> bool:
     return any(ch in text for ch in "*?[")
 
 
-def check_config(config: Config, files: dict[str, str] | None = None) -> list[ConfigProblem]:
-    """Checks that span sections: unique ids, roles and patterns that exist, model references."""
+def check_config(
+    config: Config,
+    files: dict[str, str] | None = None,
+    *,
+    sections: set[str] | None = None,
+    raw: dict[str, Any] | None = None,
+) -> list[ConfigProblem]:
+    """Checks that span sections or need more than a type: unique ids, URLs and their drivers, verified SQL,
+    roles and patterns that exist, model references, hook and observer options, the state folder.
+
+    `sections` names the sections that are valid (all when None): checks needing another are skipped.
+    `raw` is the expanded file content, so that policy patterns are checked even when a sibling is broken.
+    """
     files = files or {}
     label = str(config.path or "nl2sql.yaml")
+    valid = set(SECTIONS) if sections is None else sections
 
     def file(section: str) -> str:
         return files.get(section, label)
 
     problems: list[ConfigProblem] = []
+    if "datasources" in valid:
+        problems.extend(_check_datasources(config, file("datasources")))
+    ids = [ds.id for ds in config.datasources] if "datasources" in valid else _raw_ids(raw)
+    if "policies" in valid:
+        problems.extend(_check_roles(config, file("policies")))
+        roles: Any = {name: {"allow": r.allow, "deny": r.deny} for name, r in config.policies.roles.items()}
+    else:
+        roles = ((raw or {}).get("policies") or {}).get("roles") if isinstance((raw or {}).get("policies"), dict) \
+            else None
+    if ids is not None and isinstance(roles, dict):
+        problems.extend(_check_patterns(roles, ids, file("policies")))
+    if "llm" in valid:
+        problems.extend(_check_llm(config, file("llm"), prices_needed="settings" in valid and
+                                   config.settings.pipeline.max_cost_usd is not None))
+    if "hooks" in valid:
+        role_names = list(config.policies.roles) if "policies" in valid else None
+        problems.extend(_check_hooks(config, file("hooks"), role_names))
+    if "observers" in valid:
+        problems.extend(_check_observers(config, file("observers")))
+    if "storage" in valid:
+        problems.extend(_check_state_dir(config, file("storage")))
+    return problems
+
+
+def _raw_ids(raw: dict[str, Any] | None) -> list[str] | None:
+    """Datasource ids as written, when the datasources section itself did not validate (None unless every
+    entry has a well-formed id: patterns checked against a partial list would only repeat that problem)."""
+    entries = (raw or {}).get("datasources")
+    if not isinstance(entries, list) or not entries:
+        return None
+    ids = [e.get("id") if isinstance(e, dict) else None for e in entries]
+    return ids if all(isinstance(i, str) and ID_PATTERN.match(i) for i in ids) else None  # type: ignore[return-value]
+
+
+def _check_datasources(config: Config, file: str) -> list[ConfigProblem]:
+    problems: list[ConfigProblem] = []
     seen: dict[str, int] = {}
     for index, ds in enumerate(config.datasources):
         if ds.id in seen:
-            problems.append(
-                ConfigProblem(
-                    file("datasources"),
-                    f"datasources[{index}].id",
-                    f"duplicate datasource id '{ds.id}' (also datasources[{seen[ds.id]}])",
-                    "give each datasource its own id",
-                )
-            )
+            problems.append(ConfigProblem(file, f"datasources[{index}].id",
+                                          f"duplicate datasource id '{ds.id}' (also datasources[{seen[ds.id]}])",
+                                          "give each datasource its own id"))
         seen.setdefault(ds.id, index)
+        if ds.url is not None:
+            problems.extend(_check_url(ds.url.get_secret_value(), file, f"datasources[{index}].url"))
+        problems.extend(_check_verified_sql(ds, file, f"datasources[{index}]"))
+    return problems
 
+
+def _check_url(raw: str, file: str, where: str) -> list[ConfigProblem]:
+    """The URL parses (its port is a number) and its driver is installed. Never echoes the URL (it may hold a
+    password)."""
+    import sqlalchemy as sa
+
+    try:
+        url = sa.engine.make_url(raw)
+    except ValueError:
+        return [ConfigProblem(file, where, "the port is not a number",
+                              "write the port as digits after the host (e.g. host:5432), or leave it out")]
+    except sa.exc.ArgumentError:
+        return [ConfigProblem(file, where, "not a valid SQLAlchemy URL",
+                              "write it as DIALECT://USER:PASSWORD@HOST:PORT/DATABASE (see docs/configuration.md)")]
+    dialect, _, driver = url.drivername.partition("+")
+    if dialect == "postgresql" and not driver:  # the adapter's default driver
+        url, driver = url.set(drivername="postgresql+psycopg"), "psycopg"
+    if not driver:
+        return []
+    try:
+        dialect_class = url.get_dialect()
+    except sa.exc.NoSuchModuleError:
+        return [ConfigProblem(file, where, f"unknown driver '{driver}' for {dialect}",
+                              f"write the URL as {dialect}://… (the default driver) or name an installed driver")]
+    try:
+        dialect_class.import_dbapi()
+    except ImportError as exc:
+        module = exc.name or driver
+        fix = DRIVER_FIXES.get(module, f"pip install {module}")
+        return [ConfigProblem(file, where, f"the {dialect} driver '{driver}' is not installed (no module "
+                              f"named '{module}')", fix)]
+    return []
+
+
+def _check_verified_sql(ds: Any, file: str, where: str) -> list[ConfigProblem]:
+    """Each verified query's SQL passes the SQL guard (one read-only SELECT) for its datasource's dialect."""
+    if not ds.verified_queries:
+        return []
+    from nl2sql.datasources.guard import guard_sql
+    from nl2sql.errors import SQLRejected
+
+    problems = []
+    for index, query in enumerate(ds.verified_queries):
+        try:
+            guard_sql(query.sql, ds.dialect or "")
+        except SQLRejected as exc:
+            problems.append(ConfigProblem(file, f"{where}.verified_queries[{index}].sql", exc.message.rstrip("."),
+                                          exc.fix or "write one SELECT statement that only reads data"))
+    return problems
+
+
+def _check_roles(config: Config, file: str) -> list[ConfigProblem]:
     policies = config.policies
     roles = list(policies.roles)
-    ids = list(seen)
+    problems = []
     if policies.default_role not in policies.roles:
-        problems.append(_unknown_role(file("policies"), "policies.default_role", policies.default_role, roles))
+        problems.append(_unknown_role(file, "policies.default_role", policies.default_role, roles))
     # The default ['admin'] need not exist; roles the user listed must.
     explicit_admins = policies.admin_roles if "admin_roles" in policies.model_fields_set else []
     for index, role in enumerate(explicit_admins):
         if role not in policies.roles:
-            problems.append(_unknown_role(file("policies"), f"policies.admin_roles[{index}]", role, roles))
-    for role_name, role in policies.roles.items():
+            problems.append(_unknown_role(file, f"policies.admin_roles[{index}]", role, roles))
+    return problems
+
+
+def _check_patterns(roles: dict[str, Any], ids: list[str], file: str) -> list[ConfigProblem]:
+    """Every well-formed pattern names a datasource (or, as a glob, matches one); malformed ones are reported
+    by validation."""
+    problems = []
+    for role_name, role in roles.items():
+        if not isinstance(role, dict):
+            continue
         for field in ("allow", "deny"):
-            for index, pattern in enumerate(getattr(role, field)):
+            patterns = role.get(field)
+            for index, pattern in enumerate(patterns if isinstance(patterns, list) else []):
+                if not isinstance(pattern, str):
+                    continue
+                try:
+                    _pattern_shape(pattern)
+                except ValueError:
+                    continue
+                where = f"policies.roles.{role_name}.{field}[{index}]"
                 head = pattern.split(".")[0]
                 if not _is_glob(head) and head not in ids:
                     guess = did_you_mean(head, ids)
                     fix = f"did you mean '{guess}'?" if guess else f"datasources are: {', '.join(ids)}"
-                    problems.append(
-                        ConfigProblem(
-                            file("policies"),
-                            f"policies.roles.{role_name}.{field}[{index}]",
-                            f"pattern {pattern!r} names unknown datasource '{head}'",
-                            fix,
-                        )
-                    )
+                    problems.append(ConfigProblem(file, where, f"pattern {pattern!r} names unknown datasource "
+                                                  f"'{head}'", fix))
                 elif _is_glob(head) and not any(fnmatchcase(i, head) for i in ids):
-                    problems.append(
-                        ConfigProblem(
-                            file("policies"),
-                            f"policies.roles.{role_name}.{field}[{index}]",
-                            f"pattern {pattern!r} matches no datasource",
-                            f"datasources are: {', '.join(ids)}",
-                        )
-                    )
+                    problems.append(ConfigProblem(file, where, f"pattern {pattern!r} matches no datasource",
+                                                  f"datasources are: {', '.join(ids)}"))
+    return problems
 
+
+def _check_llm(config: Config, file: str, *, prices_needed: bool) -> list[ConfigProblem]:
     llm = config.llm
+    problems = []
     model_names = list(llm.models)
     refs = [("llm.default", llm.default)] + [(f"llm.nodes.{node}", name) for node, name in llm.nodes.items()]
     for where, name in refs:
         if name is not None and name not in llm.models:
             guess = did_you_mean(name, model_names)
             fix = f"did you mean '{guess}'?" if guess else "define it under llm.models first"
-            problems.append(ConfigProblem(file("llm"), where, f"unknown model '{name}'", fix))
+            problems.append(ConfigProblem(file, where, f"unknown model '{name}'", fix))
     for name, model in llm.models.items():
         if model.provider not in LLM_PROVIDERS:
             guess = did_you_mean(model.provider, LLM_PROVIDERS)
             fix = f"did you mean '{guess}'?" if guess else f"use one of: {', '.join(LLM_PROVIDERS)}"
             problems.append(
-                ConfigProblem(file("llm"), f"llm.models.{name}.provider", f"unknown provider '{model.provider}'", fix)
-            )
-
-    if config.settings.pipeline.max_cost_usd is not None:
+                ConfigProblem(file, f"llm.models.{name}.provider", f"unknown provider '{model.provider}'", fix))
+    if prices_needed:
         from nl2sql.llm.prices import price_for
 
         for name, model in llm.models.items():
             if model.block is None and price_for(model.model, llm.prices) is None:
                 problems.append(ConfigProblem(
-                    file("llm"), f"llm.models.{name}.model",
+                    file, f"llm.models.{name}.model",
                     f"model '{model.model}' has no price, so settings.pipeline.max_cost_usd cannot be kept",
                     f"add llm.prices.{model.model}: {{input: …, output: …}} (USD per 1M tokens), or unset "
                     "settings.pipeline.max_cost_usd"))
+    return problems
 
-    from nl2sql.hooks import hook_names  # built-ins and plugins' entry points
+
+def _check_hooks(config: Config, file: str, roles: list[str] | None) -> list[ConfigProblem]:
+    """Each hook exists, its options are valid for its type, it runs at points its type supports, and its
+    approver roles exist (when the policies are valid)."""
+    from nl2sql.hooks import hook_class, hook_names  # built-ins and plugins' entry points
 
     known_hooks = tuple(hook_names())
+    problems: list[ConfigProblem] = []
+    names: dict[str, int] = {}
     for index, hook in enumerate(config.hooks):
-        if hook.use not in known_hooks:
-            problems.append(_unknown_plugin(file("hooks"), f"hooks[{index}].use", "hook", hook.use, known_hooks))
+        where = f"hooks[{index}]"
         for r_index, role in enumerate(hook.approver_roles or []):
-            if role not in policies.roles:
-                problems.append(
-                    _unknown_role(file("hooks"), f"hooks[{index}].approver_roles[{r_index}]", role, roles)
-                )
-    from nl2sql.observers import observer_names  # built-ins and plugins' entry points
-
-    known_observers = tuple(observer_names())
-    for index, observer in enumerate(config.observers):
-        if observer.use not in known_observers:
-            problems.append(
-                _unknown_plugin(file("observers"), f"observers[{index}].use", "observer", observer.use, known_observers)
-            )
+            if roles is not None and role not in roles:
+                problems.append(_unknown_role(file, f"{where}.approver_roles[{r_index}]", role, roles))
+        cls = _checked_plugin(file, where, "hook", hook.use, hook.options, known_hooks, hook_class, problems)
+        if cls is None:
+            continue
+        supported = getattr(cls, "points", None)
+        if hook.points and supported and not set(hook.points) <= set(supported):
+            problems.append(ConfigProblem(file, f"{where}.points", f"{hook.use} runs only at "
+                                          f"{', '.join(sorted(supported))}", "remove the other points"))
+        name = hook.name or hook.use
+        if name in names:
+            problems.append(ConfigProblem(file, f"{where}.name", f"a second hook named {name!r} (also "
+                                          f"hooks[{names[name]}])", "give each hook of the same type its own name"))
+        names.setdefault(name, index)
     return problems
+
+
+def _check_observers(config: Config, file: str) -> list[ConfigProblem]:
+    """Each observer exists and its options are valid for its type."""
+    from nl2sql.observers import observer_class, observer_names  # built-ins and plugins' entry points
+
+    known = tuple(observer_names())
+    problems: list[ConfigProblem] = []
+    for index, observer in enumerate(config.observers):
+        _checked_plugin(file, f"observers[{index}]", "observer", observer.use, observer.options, known,
+                        observer_class, problems)
+    return problems
+
+
+def _checked_plugin(file: str, where: str, kind: str, use: str, options: Any, known: Sequence[str],
+                    load: Callable[[str], Any], problems: list[ConfigProblem]) -> Any | None:
+    """The class of a hook or observer named `use`, its options validated (problems appended; None when it
+    cannot be loaded)."""
+    if use not in known:
+        problems.append(_unknown_plugin(file, f"{where}.use", kind, use, known))
+        return None
+    try:
+        cls = load(use)
+    except Exception as exc:
+        problems.append(ConfigProblem(file, f"{where}.use", f"{kind} plugin '{use}' could not be loaded "
+                                      f"({type(exc).__name__})", "check that its package is installed"))
+        return None
+    model = getattr(cls, "options_model", None)
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        try:
+            model.model_validate(options)
+        except ValidationError as exc:
+            problems.extend(option_problems(exc, file, f"{where}.options", model))
+    return cls
+
+
+def option_problems(exc: ValidationError, file: str, where: str, model: type[BaseModel]) -> list[ConfigProblem]:
+    """A plugin's options that do not validate, as problems at `WHERE.KEY` with a fix each."""
+    problems = []
+    for error in exc.errors(include_url=False):
+        loc = tuple(error["loc"])
+        at = f"{where}.{key_path(loc)}" if loc else where
+        kind, ctx = error["type"], error.get("ctx") or {}
+        if kind == "nl2sql":
+            problems.append(ConfigProblem(file, at, ctx["message"], ctx.get("fix") or None))
+        elif kind == "extra_forbidden":
+            allowed = list(model.model_fields)
+            guess = did_you_mean(str(loc[-1]), allowed)
+            fix = f"did you mean '{guess}'?" if guess else f"allowed options: {', '.join(allowed) or '(none)'}"
+            problems.append(ConfigProblem(file, at, f"unknown option '{loc[-1]}'", fix))
+        elif kind == "missing":
+            field = model.model_fields.get(str(loc[-1])) if len(loc) == 1 else None
+            hint = f" ({field.description})" if field is not None and field.description else ""
+            problems.append(ConfigProblem(file, at, f"required option '{loc[-1]}' is missing", f"add it{hint}"))
+        elif kind == "model_type" and not loc:
+            problems.append(ConfigProblem(file, at, "options must be a mapping", "write a YAML mapping (key: value)"))
+        else:
+            message = error["msg"].removeprefix("Value error, ").rstrip(".")
+            problems.append(ConfigProblem(file, at, message, fix_for(kind)))
+    return problems
+
+
+def _check_state_dir(config: Config, file: str) -> list[ConfigProblem]:
+    """The state folder is a folder this process can write, or can be created as one."""
+    target = config.state_dir
+    probe = target
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    where, value = "storage.state_dir", config.storage.state_dir
+    if not probe.is_dir():
+        what = "is a file" if probe == target else f"lies under {probe}, which is a file"
+        return [ConfigProblem(file, where, f"{value!r} {what}, not a folder",
+                              "point storage.state_dir at a folder (it is created when missing)")]
+    if not os.access(probe, os.W_OK | os.X_OK):
+        what = "is not writable" if probe == target else f"cannot be created: {probe} is not writable"
+        return [ConfigProblem(file, where, f"{value!r} {what}",
+                              "point storage.state_dir at a folder this user can write, or fix its permissions")]
+    return []
 
 
 def _unknown_role(file: str, where: str, role: str, roles: list[str]) -> ConfigProblem:

@@ -179,12 +179,7 @@ class EvalSession:
         self.gold: FakeLLMServer | None = None
         self.runtimes: dict[str, Runtime] = {}
         if mode == "full":
-            if os.environ.get("CI"):
-                raise ConfigError(ConfigProblem("--mode", "full", "mode full calls real models and costs money, "
-                                                "so it never runs in CI (CI is set)", "run it by hand"))
-            if max_cost_usd is None:
-                raise ConfigError(ConfigProblem("--max-cost", "", "mode full needs a dollar cap",
-                                                "pass --max-cost USD"))
+            check_mode_full(max_cost_usd)
             configs = llm or {"default": config.llm}
             check_prices(configs)
             for name, llm_config in configs.items():
@@ -283,6 +278,15 @@ def load_llm(spec: str) -> tuple[str, LLMConfig]:
 # --- the whole run ---------------------------------------------------------------------------------
 
 
+def check_mode_full(max_cost_usd: float | None) -> None:
+    """Mode full calls real models: never under CI, never without a dollar cap (ConfigError otherwise)."""
+    if os.environ.get("CI"):
+        raise ConfigError(ConfigProblem("--mode", "full", "mode full calls real models and costs money, "
+                                        "so it never runs in CI (CI is set)", "run it by hand"))
+    if max_cost_usd is None:
+        raise ConfigError(ConfigProblem("--max-cost", "", "mode full needs a dollar cap", "pass --max-cost USD"))
+
+
 def database_identity(config: Config, cases: Sequence[EvalCase]) -> dict[str, Any]:
     """The datasource(s) a suite is about, with their live index fingerprint and size."""
     from nl2sql.index.store import StateStore
@@ -331,10 +335,10 @@ def evaluate(mode: Mode, config: Config, suite_path: str, *, roles: Sequence[str
              run_job: JobRunner = run_here, block_loader: Callable[[str], str] | None = None) -> Any:
     """Run a suite in a mode and report it (an EvalReport)."""
     from nl2sql.evaluation.report import build_report
-    from nl2sql.evaluation.suite import load_suite, suite_digest
+    from nl2sql.evaluation.suite import checked_suite, suite_digest
 
     path = Path(suite_path)
-    suite = load_suite(path)
+    suite = checked_suite(path, config)
     cases = suite.select(ids=ids, tags=tags)
     session = EvalSession(mode, config, cases, llm=llm, max_cost_usd=max_cost_usd, block_loader=block_loader)
     try:

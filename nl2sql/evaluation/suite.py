@@ -12,14 +12,17 @@ what to do; the writer keeps a file stable (loading and writing an unchanged sui
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from nl2sql.errors import ConfigError, ConfigProblem
+from nl2sql.errors import ConfigError, ConfigProblem, did_you_mean
+
+if TYPE_CHECKING:
+    from nl2sql.config.models import Config
 
 Outcome = Literal["allowed", "refused", "unanswerable"]
 #: Tags the Chinook suite draws from.
@@ -115,45 +118,175 @@ def suite_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes().replace(b"\r\n", b"\n")).hexdigest()
 
 
+#: What to do about a case field of the wrong shape, by pydantic error kind.
+FIELD_FIXES = {
+    "missing": "add it (see the case format in docs/evals.md)",
+    "extra_forbidden": "remove it, or check its spelling against the case format in docs/evals.md",
+    "literal_error": "use one of the values listed",
+    "too_short": "add at least one entry",
+    "list_type": "write a YAML list (- item)",
+    "dict_type": "write a YAML mapping (key: value)",
+    "string_type": "write a quoted string",
+    "bool_type": "write true or false",
+    "bool_parsing": "write true or false",
+    "value_error": "fix the case as the message says",
+}
+
+
 def load_suite(path: str | Path) -> EvalSuite:
     """Read and check a suite file (ConfigError listing every problem: file, case id, field, fix)."""
+    from nl2sql.config.reading import UTF8_FIX, NotUTF8, load_yaml, read_text, yaml_problem
+
     path = Path(path)
-    if not path.exists():
-        raise ConfigError(ConfigProblem(str(path), "", "no such suite file",
-                                        "pass --suite with a path to a suite YAML (e.g. suites/chinook.yaml)"))
+    file = str(path)
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = load_yaml(read_text(path))
+    except FileNotFoundError:
+        raise ConfigError(ConfigProblem(file, "", "no such suite file",
+                                        "pass --suite with a path to a suite YAML (e.g. suites/chinook.yaml)")) from None
+    except NotUTF8 as exc:
+        raise ConfigError(ConfigProblem(file, "", str(exc), UTF8_FIX)) from None
+    except OSError as exc:
+        raise ConfigError(ConfigProblem(file, "", f"cannot read the suite file ({exc.strerror})",
+                                        "pass --suite with a path to a readable suite YAML file")) from None
     except yaml.YAMLError as exc:
-        raise ConfigError(ConfigProblem(str(path), "", f"not valid YAML: {exc}", "fix the YAML syntax")) from None
+        raise ConfigError(ConfigProblem(file, "", *yaml_problem(exc))) from None
+    if not isinstance(raw, dict):
+        raise ConfigError(ConfigProblem(file, "", "a suite is a mapping of version, description and cases",
+                                        "start the file with `version: 1` and `cases:`"))
     problems: list[ConfigProblem] = []
-    if not isinstance(raw, dict) or not isinstance(raw.get("cases"), list):
-        raise ConfigError(ConfigProblem(str(path), "cases", "a suite is a mapping with a list of cases",
-                                        "write `version: 1` and `cases:` with one mapping per case"))
+    for key in sorted(str(k) for k in set(raw) - {"version", "description", "cases"}):
+        problems.append(ConfigProblem(file, key, f"unknown key '{key}'", "a suite has version, description and cases"))
+    if raw.get("version", 1) != 1 or isinstance(raw.get("version"), bool):
+        problems.append(ConfigProblem(file, "version", f"unknown version {raw.get('version')!r}", "write version: 1"))
+    description = raw.get("description")
+    if description is not None and not isinstance(description, str):
+        problems.append(ConfigProblem(file, "description", "the description is not text", "write a quoted string"))
+    if not isinstance(raw.get("cases"), list):
+        problems.append(ConfigProblem(file, "cases", "missing or not a list" if "cases" in raw else "missing",
+                                      "write `cases:` with one mapping per case (- id: …)"))
+        raise ConfigError(problems)
     cases = []
-    seen: set[str] = set()
+    seen: dict[str, str] = {}
     for i, item in enumerate(raw["cases"]):
-        label = f"cases[{i}]" + (f" ({item.get('id')})" if isinstance(item, dict) and item.get("id") else "")
+        ident = item.get("id") if isinstance(item, dict) else None
+        label = f"cases[{i}]" + (f" ({ident})" if isinstance(ident, str) and ident else "")
+        if not isinstance(item, dict):
+            problems.append(ConfigProblem(file, label, "a case is a mapping of fields",
+                                          "write the case as `- id: …` with question, datasources, …"))
+            continue
         try:
             case = EvalCase.model_validate(item)
         except ValidationError as exc:
             for err in exc.errors(include_url=False):
                 field = ".".join(str(p) for p in err["loc"])
-                problems.append(ConfigProblem(str(path), f"{label}.{field}" if field else label,
-                                              err["msg"].removeprefix("Value error, ")))
+                message = err["msg"].removeprefix("Value error, ")
+                if err["type"] == "missing":
+                    message = f"required field '{field}' is missing"
+                elif err["type"] == "extra_forbidden":
+                    message = f"unknown field '{field}'"
+                problems.append(ConfigProblem(file, f"{label}.{field}" if field else label, message,
+                                              FIELD_FIXES.get(err["type"], "see the case format in docs/evals.md")))
             continue
         if case.id in seen:
-            problems.append(ConfigProblem(str(path), f"{label}.id", f"the id {case.id!r} is used twice",
-                                          "give every case its own id"))
-        seen.add(case.id)
+            problems.append(ConfigProblem(file, f"{label}.id", f"the id {case.id!r} is used twice (also "
+                                          f"{seen[case.id]})", "give every case its own id"))
+        seen.setdefault(case.id, f"cases[{i}]")
         cases.append(case)
-    extra = set(raw) - {"version", "description", "cases"}
-    for key in sorted(extra):
-        problems.append(ConfigProblem(str(path), key, "unknown key", "a suite has version, description and cases"))
-    if raw.get("version", 1) != 1:
-        problems.append(ConfigProblem(str(path), "version", f"unknown version {raw.get('version')!r}", "use 1"))
     if problems:
         raise ConfigError(problems)
-    return EvalSuite(version=1, description=raw.get("description"), cases=cases)
+    return EvalSuite(version=1, description=description, cases=cases)
+
+
+#: A datasource's tables as the suite check needs them: lowercased table name → lowercased column names.
+TableColumns = Mapping[str, set[str]]
+
+
+def check_suite(suite: EvalSuite, config: Config, path: str | Path,
+                tables: Mapping[str, TableColumns] | None = None) -> list[ConfigProblem]:
+    """Problems of a loaded suite against a configuration: datasources and roles it names that do not exist,
+    and (given each datasource's tables) tables and columns its cases name that the datasources lack.
+
+    `tables` maps a datasource id to its tables; a datasource missing from it is not checked for tables.
+    """
+    file = str(path)
+    ids = [ds.id for ds in config.datasources]
+    roles = list(config.policies.roles)
+    problems: list[ConfigProblem] = []
+    for i, case in enumerate(suite.cases):
+        label = f"cases[{i}] ({case.id})"
+        for j, ds in enumerate(case.datasources):
+            if ds not in ids:
+                guess = did_you_mean(ds, ids)
+                problems.append(ConfigProblem(file, f"{label}.datasources[{j}]", f"unknown datasource '{ds}'",
+                                              f"did you mean '{guess}'?" if guess
+                                              else f"datasources in {config.path or 'the configuration'}: "
+                                              + ", ".join(ids)))
+        for role in case.outcome:
+            if role not in roles:
+                guess = did_you_mean(role, roles)
+                problems.append(ConfigProblem(file, f"{label}.outcome.{role}", f"unknown role '{role}'",
+                                              f"did you mean '{guess}'?" if guess else f"roles: {', '.join(roles)}"))
+        if tables is None or not all(ds in tables for ds in case.datasources):
+            continue
+        known: dict[str, set[str]] = {}
+        for ds in case.datasources:
+            for name, columns in tables[ds].items():
+                known.setdefault(name, set()).update(columns)
+        where = " or ".join(case.datasources)
+        for j, table in enumerate(case.tables):
+            if table.lower() not in known:
+                guess = did_you_mean(table, known)
+                problems.append(ConfigProblem(file, f"{label}.tables[{j}]", f"{where} has no table '{table}'",
+                                              f"did you mean '{guess}'?" if guess else "name a table the datasource has "
+                                              "(see `nl2sql schema DATASOURCE`)"))
+        for j, column in enumerate(case.columns):
+            table, _, name = column.rpartition(".")
+            if not table or table.lower() not in known:
+                problems.append(ConfigProblem(file, f"{label}.columns[{j}]", f"{where} has no table for '{column}'",
+                                              "write columns as Table.Column, of a table the datasource has"))
+            elif name.lower() not in known[table.lower()]:
+                guess = did_you_mean(name, known[table.lower()])
+                problems.append(ConfigProblem(file, f"{label}.columns[{j}]", f"table '{table}' has no column "
+                                              f"'{name}'", f"did you mean '{guess}'?" if guess else
+                                              f"see `nl2sql schema {case.datasource}`"))
+    return problems
+
+
+def reflected_tables(config: Config, suite: EvalSuite,
+                     block_loader: Callable[[str], str] | None = None) -> dict[str, TableColumns]:
+    """The tables (and their columns) of each datasource the suite's cases name tables in, as reflected now."""
+    from nl2sql.datasources import DatasourceCatalog
+
+    wanted = {ds for case in suite.cases if case.tables or case.columns for ds in case.datasources}
+    known = {ds.id for ds in config.datasources}
+    out: dict[str, TableColumns] = {}
+    with DatasourceCatalog(config, block_loader=block_loader) as catalog:
+        for ds in sorted(wanted & known):
+            snapshot = catalog.get(ds).reflect()
+            entry: dict[str, set[str]] = {}
+            for t in snapshot.tables:
+                columns = {c.name.lower() for c in t.columns}
+                entry[t.name.lower()] = columns
+                if t.schema_name:
+                    entry[f"{t.schema_name}.{t.name}".lower()] = columns
+            out[ds] = entry
+    return out
+
+
+def checked_suite(path: str | Path, config: Config, *, tables: Mapping[str, TableColumns] | None = None,
+                  block_loader: Callable[[str], str] | None = None, reflect: bool = False) -> EvalSuite:
+    """Load a suite and check it against the configuration (reflecting the datasources when `reflect`), raising
+    one ConfigError for every problem before any case runs."""
+    suite = load_suite(path)
+    problems = check_suite(suite, config, path)
+    if not problems and tables is None and reflect:
+        tables = reflected_tables(config, suite, block_loader)
+    if tables is not None and not problems:
+        problems = check_suite(suite, config, path, tables)
+    if problems:
+        raise ConfigError(problems)
+    return suite
 
 
 class _Dumper(yaml.SafeDumper):

@@ -10,7 +10,12 @@ Follow a question's path from `ask` below: start_run → drive (the declaration)
 from __future__ import annotations
 
 import atexit
+import itertools
+import logging
+import math
+import re
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,20 +25,25 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.exceptions import FlowPauseTimeout, Pause
 from prefect.flow_runs import pause_flow_run, suspend_flow_run
 from prefect.input import RunInput
+from prefect.logging import get_run_logger
 from prefect.runtime import deployment, flow_run
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
-from pydantic import Field
+from pydantic import Field, SecretStr, ValidationError
 
 from nl2sql.blocks import load_datasource_url, load_llm_block
 from nl2sql.config import config_path, load_config
+from nl2sql.errors import EngineFault, NL2SQLError
 from nl2sql.events import Event
 from nl2sql.events.prefect_events import forward_to_prefect
+from nl2sql.events.prefect_logs import guard_prefect_logs
 from nl2sql.hooks import ApprovalAnswer, ApprovalRequest
+from nl2sql.hooks.approval import ApprovalRejected, check_approver
 from nl2sql.pipeline.inline import run_parallel
 from nl2sql.pipeline.result import QueryResult
 from nl2sql.pipeline.run import drive, fail_run, finish_run, start_run
 from nl2sql.pipeline.runtime import RunContext, Runtime
 from nl2sql.pipeline.state import RunState, pin_state, restore_state
+from nl2sql.policies.users import acting_role
 from nl2sql.tasks.ask import call_step_task
 
 #: Process-local listeners of every question's events (the CLI's live display).
@@ -41,6 +51,7 @@ ASK_LISTENERS: list[Callable[[Event], None]] = []
 _runtimes: dict[tuple[str, float], Runtime] = {}
 _runtimes_lock = threading.Lock()
 NAME_CHARS = 80
+log = logging.getLogger("nl2sql.flows.ask")
 
 
 def runtime_for(config: str | None) -> Runtime:
@@ -77,72 +88,149 @@ def _run_name() -> str:
     return question if len(question) <= NAME_CHARS else question[: NAME_CHARS - 1] + "…"
 
 
-def result_markdown(result: QueryResult) -> str:
-    """The run's answer, SQL and first rows, for the flow run's artifact."""
-    lines = [f"# {result.question}", "", f"**Status:** {result.status}", "", result.answer.content or "", ""]
+def artifact_key(kind: str, run_id: object) -> str:
+    """A run's own artifact key, in the characters Prefect allows (lowercase letters, digits, dashes)."""
+    return re.sub(r"[^a-z0-9-]+", "-", f"{kind}-{run_id}".lower()).strip("-")
+
+
+def _table(columns: list[str], rows: list[list[Any]]) -> list[str]:
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
+            *["| " + " | ".join("" if v is None else str(v) for v in row) + " |" for row in rows]]
+
+
+def _count(total: int, truncated: bool) -> str:
+    return f"{total} row{'' if total == 1 else 's'}" + (" (truncated)" if truncated else "")
+
+
+def result_markdown(result: QueryResult, *, rows: bool = False) -> str:
+    """The flow run's artifact: question, status, SQL, columns and row counts, and codes of errors and warnings;
+    with `rows` (settings.prefect.artifact_rows) also the answer, the first rows and the messages, which may
+    quote values."""
+    lines = [f"# {result.question}", "", f"**Status:** {result.status}", ""]
+    if rows:
+        lines += [result.answer.content or "", ""]
     for sq in result.sub_queries:
         lines += [f"## {sq.id} · {sq.datasource_id}", ""]
         if sq.sql:
             lines += ["```sql", sq.sql, "```", ""]
         if sq.columns:
-            lines += ["| " + " | ".join(sq.columns) + " |", "|" + "---|" * len(sq.columns)]
-            lines += ["| " + " | ".join("" if v is None else str(v) for v in row) + " |" for row in sq.rows[:10]]
-            more = f"{sq.total_rows} rows" + (" (truncated)" if sq.truncated else "")
-            lines += ["", more, ""]
-    for w in result.warnings:
-        lines.append(f"- ⚠ {w.code}: {w.message}")
+            lines += [*_table(sq.columns, sq.rows[:10]), ""] if rows else [f"Columns: {', '.join(sq.columns)}", ""]
+        if sq.total_rows is not None:
+            lines += [_count(sq.total_rows, sq.truncated), ""]
+        if sq.error:
+            lines += [f"**Error:** {sq.error.code}" + (f": {sq.error.message}" if rows else ""), ""]
+    if result.combined is not None:
+        lines += [f"## Combined ({result.combined.kind})", ""]
+        if rows:
+            lines += [*_table(result.combined.columns, result.combined.rows[:10]), ""]
+        lines += [_count(result.combined.total_rows, result.combined.truncated), ""]
+    lines += [f"- ✗ {e.code}" + (f": {e.message}" if rows else "") for e in result.errors]
+    lines += [f"- ⚠ {w.code}" + (f": {w.message}" if rows else "") for w in result.warnings]
     return "\n".join(lines)
 
 
 class ApprovalInput(RunInput):
-    """An approver's answer: approve (run the SQL) or not, who approves, in which role."""
+    """An approver's answer: approve (run the SQL) or not, who approves, the approval token, in which role.
+
+    Every field may be left empty here: the engine, not the form, decides whether an answer counts, and one that
+    does not leaves the run waiting for another."""
 
     approve: bool = Field(default=False, description="Approve: run this SQL. Leave off to deny it.")
-    approver: str = Field(description="Your user id.")
-    role: str = Field(description="The role you approve in: one of the approver roles above.")
+    approver: str = Field(default="", description="Your user id.")
+    token: SecretStr = Field(default=SecretStr(""), description="Your approval token (needed when policies.users "
+                             "is configured; checked against its hash, never kept).")
+    role: str = Field(default="", description="The role you approve in: one of the approver roles above (empty: "
+                      "your first approver role, when policies.users is configured).")
     comment: str = Field(default="", description="Why (kept in the audit log).")
-    request_id: str = Field(description="The request approved (filled in; do not change).")
-    sql_sha256: str = Field(description="The SHA-256 of the SQL approved (filled in; do not change).")
+    request_id: str = Field(default="", description="The request approved (filled in; do not change).")
+    sql_sha256: str = Field(default="", description="The SHA-256 of the SQL approved (filled in; do not change).")
 
 
-def approval_key(request: ApprovalRequest) -> str:
-    """The pause key of a request: the same on a resumed run, so its answer is found again."""
-    return f"approval-{request.id[:32]}"
+def approval_key(request: ApprovalRequest, attempt: int = 0) -> str:
+    """The pause key of a request's `attempt`-th wait: the same on a resumed run, so its answers are found again
+    in order, and a new one after each answer that did not count."""
+    return f"approval-{request.id[:32]}" + (f"-{attempt}" if attempt else "")
+
+
+def _forget_answer(flow_run_id: str, state_name: str, key: str) -> None:
+    """Delete an answer from the Prefect API once read: it holds the approver's token."""
+    from prefect import get_client
+    from prefect.input.run_input import keyset_from_base_key
+
+    try:
+        with get_client(sync_client=True) as client:
+            client.delete_flow_run_input(flow_run_id, keyset_from_base_key(f"{state_name}-{key}")["response"])
+    except Exception as exc:  # best effort: an answer already gone is fine
+        log.debug("could not delete the answer under %s: %s", key, exc)
+
+
+def wait_for_answer(ctx: RunContext, state: RunState, request: ApprovalRequest) -> ApprovalAnswer | None:
+    """Pause (or, under a deployment, suspend) until an answer that counts comes, or the timeout: each answer is
+    read, deleted from the API and checked (`check_approver`); one that does not count is logged and the run
+    pauses again under the next key."""
+    settings = ctx.config.settings.approvals
+    store, trace_id = ctx.runtime.store, ctx.scope.trace_id
+    approver_roles = list(ctx.runtime.hooks.binding(request.hook).approver_roles)
+    form = ApprovalInput.with_initial_data(description=request.markdown(), request_id=request.id,
+                                           sql_sha256=request.sql_sha256)
+    suspending = bool(deployment.get_id())
+    deadline = time.monotonic() + settings.timeout_s
+    for attempt in itertools.count():
+        key = approval_key(request, attempt)
+        remaining = math.ceil(deadline - time.monotonic())
+        try:
+            if remaining <= 0:
+                raise FlowPauseTimeout("no answer in time")
+            if suspending:
+                store.pin_run(trace_id, pin_state(state))
+                given = suspend_flow_run(wait_for_input=form, timeout=settings.timeout_s, key=key)
+            else:
+                given = pause_flow_run(wait_for_input=form, timeout=remaining, poll_interval=settings.poll_interval_s,
+                                       key=key)
+        except FlowPauseTimeout:
+            store.resolve_approval(trace_id, request.id, "timed_out")
+            return None
+        except ValidationError:
+            given, why = None, "it does not fit the form"
+        _forget_answer(trace_id, "suspended" if suspending else "paused", key)
+        if given is not None:
+            try:
+                role = check_approver(request, approve=given.approve, approver=given.approver, role=given.role,
+                                      token=given.token.get_secret_value(), approver_roles=approver_roles,
+                                      policies=ctx.config.policies,
+                                      allow_self_approval=settings.allow_self_approval)
+            except ApprovalRejected as exc:
+                why = exc.message
+            else:
+                answer = ApprovalAnswer(approve=given.approve, approver=given.approver.strip(), role=role,
+                                        comment=given.comment, request_id=given.request_id,
+                                        sql_sha256=given.sql_sha256)
+                store.resolve_approval(trace_id, request.id, "approved" if answer.approve else "denied",
+                                       approver=answer.approver, role=answer.role, reason=answer.comment or None)
+                return answer
+        get_run_logger().warning("An answer to approval request %s… did not count (%s); the run waits for "
+                                 "another.", request.id[:16], why)
+    return None  # pragma: no cover  (the loop ends by returning)
 
 
 def wait_for_approvers(ctx: RunContext, state: RunState, requests: list[ApprovalRequest]) -> dict[str, Any]:
-    """Pause the flow run for each request (suspend it when a deployment runs it, freeing the worker), with a
-    Resume form showing the request; the engine then checks the answer."""
-    settings = ctx.config.settings.approvals
-    store = ctx.runtime.store
+    """Wait for an answer to each request (`wait_for_answer`); the engine then checks the request id and SQL
+    hash of each one that counted."""
     answers: dict[str, ApprovalAnswer | None] = {}
     for request in requests:
-        store.save_approval(ctx.scope.trace_id, request.id, request.model_dump())
-        form = ApprovalInput.with_initial_data(description=request.markdown(), request_id=request.id,
-                                               sql_sha256=request.sql_sha256)
-        try:
-            if deployment.get_id():
-                store.pin_run(ctx.scope.trace_id, pin_state(state))
-                given = suspend_flow_run(wait_for_input=form, timeout=settings.timeout_s, key=approval_key(request))
-            else:
-                given = pause_flow_run(wait_for_input=form, timeout=settings.timeout_s,
-                                       poll_interval=settings.poll_interval_s, key=approval_key(request))
-        except FlowPauseTimeout:
-            store.resolve_approval(ctx.scope.trace_id, request.id, "timed_out")
-            answers[request.id] = None
-            continue
-        answer = ApprovalAnswer(**given.model_dump(include=set(ApprovalAnswer.model_fields)))
-        store.resolve_approval(ctx.scope.trace_id, request.id, "approved" if answer.approve else "denied",
-                               approver=answer.approver, role=answer.role, reason=answer.comment or None)
-        answers[request.id] = answer
+        ctx.runtime.store.save_approval(ctx.scope.trace_id, request.id, request.model_dump())
+        answers[request.id] = wait_for_answer(ctx, state, request)
     return answers
 
 
 @flow(name="ask", flow_run_name=_run_name, log_prints=False)
 def ask(question: str, role: str | None = None, user_id: str | None = None, datasource_id: str | None = None,
         execute: bool = True, config: str | None = None, artifact: bool = True) -> QueryResult:
-    """Answer a question for a role: every step a task run, the answer and SQL as an artifact."""
+    """Answer a question for a role: every step a task run, the SQL and row counts as the run's artifact (the
+    answer and rows too with settings.prefect.artifact_rows)."""
+    guard_prefect_logs()
     runtime = runtime_for(config)
+    role = acting_role(runtime.config.policies, user_id, role)  # with policies.users: the user's own role only
     trace_id = str(flow_run.get_id())
     ctx, state = start_run(runtime, question, roles=[role] if role else [], user_id=user_id,
                            datasource_id=datasource_id, execute=execute, trace_id=trace_id)
@@ -157,9 +245,14 @@ def ask(question: str, role: str | None = None, user_id: str | None = None, data
         raise
     except BaseException as exc:
         fail_run(ctx, state, exc)
-        raise
+        if isinstance(exc, NL2SQLError) or not isinstance(exc, Exception):
+            raise
+        raise EngineFault(exc) from exc  # what Prefect keeps as the run's state message names the type only
     if artifact:
-        create_markdown_artifact(result_markdown(result), key="answer", description="The answer, SQL and rows")
+        with_rows = runtime.config.settings.prefect.artifact_rows
+        create_markdown_artifact(result_markdown(result, rows=with_rows), key=artifact_key("answer", trace_id),
+                                 description="The answer, SQL and rows" if with_rows else "The question's SQL and "
+                                 "row counts (rows only with settings.prefect.artifact_rows)")
     return result
 
 

@@ -11,7 +11,9 @@ from prefect.runtime import flow_run
 
 from nl2sql.blocks import load_datasource_url
 from nl2sql.config import config_path, load_config
+from nl2sql.evaluation.report import EvalReport
 from nl2sql.evaluation.run import CaseRecord, EvalJob, EvalSession, evaluate, load_llm
+from nl2sql.events.prefect_logs import guard_prefect_logs
 from nl2sql.tasks import step_task
 
 
@@ -37,18 +39,35 @@ def _run_name() -> str:
     return f"eval {params.get('mode')} {str(params.get('suite', '')).rsplit('/', 1)[-1]}"
 
 
+def without_details(report: EvalReport) -> EvalReport:
+    """The report as Prefect's artifacts show it by default: each failure by its ids and the names of the scores
+    it failed (its details, such as an error message or a gold value, may quote rows)."""
+    boards = {}
+    for name, board in report.boards.items():
+        scores = {(r["case_id"], r["role"], r["pass_index"]): r["scores"] for r in board.records}
+        failures = []
+        for f in board.failures:
+            failed = [n for n, s in scores.get((f["case_id"], f["role"], f["pass"]), {}).items() if s["passed"] is False]
+            failures.append({"case_id": f["case_id"], "role": f["role"], "pass": f["pass"],
+                             "why": ", ".join(failed) or "no score"})
+        boards[name] = board.model_copy(update={"failures": failures, "records": [], "faithfulness": None})
+    return report.model_copy(update={"boards": boards})
+
+
 @flow(name="eval-run", flow_run_name=_run_name, log_prints=False)
 def eval_run(mode: str, suite: str, config: str | None = None, roles: list[str] | None = None,
              llm: list[str] | None = None, passes: int = 1, max_cost_usd: float | None = None,
              ids: list[str] | None = None, tags: list[str] | None = None) -> dict[str, Any]:
     """Run an eval suite in a mode (plans, retrieval, full) and report it."""
+    guard_prefect_logs()
     cfg = load_config(config_path(config))
     configs = dict(load_llm(spec) for spec in llm) if llm else None
     report = evaluate(mode, cfg, suite, roles=roles, llm=configs, passes=passes,  # type: ignore[arg-type]
                       max_cost_usd=max_cost_usd, ids=ids, tags=tags, run_job=run_as_task,
                       block_loader=load_datasource_url)
-    create_markdown_artifact(report.markdown(), key=f"eval-{mode}", description="The eval's boards")
-    failures = [{"config": b.config, **f} for b in report.boards.values() for f in b.failures]
+    shown = report if cfg.settings.prefect.artifact_rows else without_details(report)
+    create_markdown_artifact(shown.markdown(), key=f"eval-{mode}", description="The eval's boards")
+    failures = [{"config": b.config, **f} for b in shown.boards.values() for f in b.failures]
     if failures:
         create_table_artifact(failures, key=f"eval-{mode}-failures", description="Runs that did not pass")
     return report.model_dump(mode="json")

@@ -14,9 +14,10 @@ from prefect.runtime import flow_run
 from nl2sql.blocks import load_datasource_url
 from nl2sql.config import Config, config_path, load_config
 from nl2sql.datasources import DatasourceCatalog
-from nl2sql.errors import DatasourceError, NL2SQLError
+from nl2sql.errors import DatasourceError, IndexBuildFailed, NL2SQLError
 from nl2sql.events import EventBus
 from nl2sql.events.prefect_events import forward_to_prefect
+from nl2sql.events.prefect_logs import guard_prefect_logs
 from nl2sql.index.build import BuildResult
 from nl2sql.index.embed import shared_embedder
 from nl2sql.index.store import StateStore
@@ -144,6 +145,7 @@ def summary_markdown(results: list[BuildResult], failures: dict[str, str]) -> st
 @flow(name="index-build", flow_run_name=_run_name, log_prints=False)
 def index_build(datasource_ids: list[str] | None = None, config: str | None = None, full: bool = False) -> dict[str, Any]:
     """Build (or incrementally rebuild) the index of each datasource; the previous build serves until commit."""
+    guard_prefect_logs()
     logger = get_run_logger()
     cfg = load_config(config_path(config))
     ids = datasource_ids or [d.id for d in cfg.datasources]
@@ -167,7 +169,7 @@ def index_build(datasource_ids: list[str] | None = None, config: str | None = No
                              description="What the index build did")
     outcome = {"builds": [_as_dict(r) for r in results], "failures": failures}
     if failures and not results:
-        raise NL2SQLError("Every datasource failed to build: " + "; ".join(f"{k}: {v}" for k, v in failures.items()))
+        raise IndexBuildFailed("Every datasource failed to build: " + "; ".join(f"{k}: {v}" for k, v in failures.items()))
     return outcome
 
 

@@ -3,7 +3,9 @@
 A request's id is the SHA-256 of the canonical JSON of its identifying fields (the question, the
 asker, the hook, the datasource, the sub-query and the SQL with its hash), so an approval given for
 one statement can never cover another; the answer is accepted only from an approver holding one of
-the hook's approver roles, for the same request id and the same SQL hash.
+the hook's approver roles, for the same request id and the same SQL hash. With `policies.users`, an
+approver is a configured user holding one of those roles who proves it with its approval token
+(`check_approver`); an answer that does not is no answer at all, and the run keeps waiting.
 
 >>> request = ApprovalRequest.build(question="q", asker="ann", hook="sql_review", datasource_id="chinook",
 ...                                 sub_query_id="sq1", sql="SELECT 1", reason="reads Invoice",
@@ -19,6 +21,10 @@ import json
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from nl2sql.config.models import PoliciesConfig
+from nl2sql.errors import NL2SQLError
+from nl2sql.policies.users import token_matches
 
 #: The fields the id covers (reason and approver roles are for display).
 REQUEST_ID_FIELDS = ("question", "asker", "hook", "point", "datasource_id", "sub_query_id", "sql", "sql_sha256")
@@ -96,3 +102,41 @@ def approval_problem(request: ApprovalRequest, answer: ApprovalAnswer, approver_
     if answer.role not in approver_roles:
         return f"role {answer.role!r} may not approve this hook's requests (approver roles: {', '.join(approver_roles)})"
     return None
+
+
+class ApprovalRejected(NL2SQLError):
+    """An answer that cannot count as an approver's: no approver, no (valid) token, a role the approver does not
+    hold or that may not approve, or an asker approving their own statement. The run keeps waiting."""
+
+    code = "APPROVAL_REJECTED"
+
+
+def check_approver(request: ApprovalRequest, *, approve: bool, approver: str, role: str, token: str,
+                   approver_roles: list[str], policies: PoliciesConfig, allow_self_approval: bool = False) -> str:
+    """The role an answer's approver acts in, or ApprovalRejected saying why the answer does not count.
+
+    Without `policies.users` the approver and role are taken as given (both must be there). With it, the
+    approver must be a configured user whose token matches its `token_sha256` (one reason for an unknown user,
+    a missing and a wrong token alike), holding one of the hook's approver roles (`role`, or the first such role
+    of the user when empty). Unless `allow_self_approval`, the asker may not approve its own statement."""
+    approver, role = approver.strip(), role.strip()
+    if not approver:
+        raise ApprovalRejected("the answer names no approver")
+    if policies.users is None:
+        if not role:
+            raise ApprovalRejected("the answer names no role")
+        acting = role
+    else:
+        user = policies.users.get(approver)
+        if not token_matches(user, token):
+            raise ApprovalRejected("the approver's token is missing or wrong")
+        assert user is not None
+        eligible = [r for r in user.roles if r in approver_roles]
+        if role and role not in eligible:
+            raise ApprovalRejected(f"{approver} may not approve in role {role!r}")
+        if not eligible:
+            raise ApprovalRejected(f"{approver} holds none of the approver roles ({', '.join(approver_roles)})")
+        acting = role or eligible[0]
+    if approve and not allow_self_approval and request.asker is not None and approver == request.asker:
+        raise ApprovalRejected("an asker may not approve their own statement")
+    return acting

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -142,8 +142,10 @@ def relationship_entries(ds: str, table: TableInfo) -> list[Entry]:
     return out
 
 
-def example_entries(ds: str, questions: Iterable[str]) -> list[Entry]:
-    """The datasource's sample questions (blank and repeated ones skipped)."""
+def example_entries(ds: str, questions: Iterable[str], verified: Sequence[VerifiedQuery] = ()) -> list[Entry]:
+    """The datasource's sample questions (blank and repeated ones skipped); one that is also a verified question
+    (as its entry reads) is about that query's tables, so it counts only for a caller who may read them all."""
+    answered = {" ".join(q.question.split()).lower(): q.tables for q in verified if q.datasource == ds}
     seen: set[str] = set()
     out = []
     for question in questions:
@@ -151,7 +153,8 @@ def example_entries(ds: str, questions: Iterable[str]) -> list[Entry]:
         if not text or text.lower() in seen:
             continue
         seen.add(text.lower())
-        out.append(Entry(id=entry_id(ds, "example", text.lower()), datasource_id=ds, kind="example", text=text))
+        out.append(Entry(id=entry_id(ds, "example", text.lower()), datasource_id=ds, kind="example", text=text,
+                         tables=list(answered.get(text.lower(), []))))
     return out
 
 
@@ -172,12 +175,21 @@ def description_entries(ds: str, description: str) -> list[Entry]:
 
 
 def verified_entries(ds: str, queries: Sequence[VerifiedQuery]) -> list[Entry]:
-    """Verified queries of this datasource: the question is what gets matched."""
+    """Verified queries of this datasource: the question is what gets matched, and the tables its SQL reads
+    are what it is about (a query with none known is left out: it would count for every caller)."""
     return [
         Entry(id=entry_id(ds, "verified", q.question.lower()), datasource_id=ds, kind="verified", text=q.question,
               tables=list(q.tables), metadata={"sql": q.sql, "parameters": q.parameters})
-        for q in queries if q.datasource == ds
+        for q in queries if q.datasource == ds and q.tables
     ]
+
+
+def counts_for(entry: Entry, allows: Callable[[str], bool]) -> bool:
+    """Whether an entry may count for a caller: every table it is about is allowed (`allows(table)`), and a
+    verified query's entry names its tables (one from a build that did not is nobody's)."""
+    if entry.kind == "verified" and not entry.tables:
+        return False
+    return all(allows(t) for t in entry.tables)
 
 
 def build_entries(snapshot: SchemaSnapshot, profiles: Sequence[ColumnProfile], *,
@@ -193,7 +205,7 @@ def build_entries(snapshot: SchemaSnapshot, profiles: Sequence[ColumnProfile], *
             entries.append(column_entry(ds, table, col.name, col.type,
                                         by_column.get((table.schema_name, table.name, col.name))))
         entries.extend(relationship_entries(ds, table))
-    entries.extend(example_entries(ds, sample_questions))
+    entries.extend(example_entries(ds, sample_questions, verified))
     entries.extend(verified_entries(ds, verified))
     entries.extend(description_entries(ds, description))
     return entries

@@ -136,6 +136,8 @@ class TermIndex:
         for entry in entries:
             if entry.kind not in TERM_KINDS or entry.metadata.get("clause"):
                 continue  # (a description's clause repeats its words)
+            if entry.kind == "verified" and not entry.tables:
+                continue  # a verified query's words count only with the tables it reads
             group = tuple(entry.tables)
             for term in content_terms(entry.text):
                 counts[term][group] += 1
@@ -147,6 +149,27 @@ class TermIndex:
         seen = {group: allowed(group) for group in self.lengths}
         found = {t: sum(n for g, n in self.counts.get(t, {}).items() if seen[g]) for t in terms}
         return {t: n for t, n in found.items() if n}, sum(n for g, n in self.lengths.items() if seen[g])
+
+    def vocabulary(self, allowed: Callable[[tuple[str, ...]], bool]) -> VisibleWords:
+        """The words of the entries whose tables are all allowed, as a container (checked word by word)."""
+        return VisibleWords(self, allowed)
+
+
+class VisibleWords:
+    """The words a caller's entries use: a word is in it when some entry it occurs in is about allowed tables."""
+
+    def __init__(self, terms: TermIndex, allowed: Callable[[tuple[str, ...]], bool]) -> None:
+        self.terms, self.allowed = terms, allowed
+        self._seen: dict[tuple[str, ...], bool] = {}
+
+    def _visible(self, group: tuple[str, ...]) -> bool:
+        if group not in self._seen:
+            self._seen[group] = self.allowed(group)
+        return self._seen[group]
+
+    def __contains__(self, word: object) -> bool:
+        groups = self.terms.counts.get(word, {}) if isinstance(word, str) else {}
+        return any(self._visible(group) for group in groups)
 
 
 def content_terms(text: str) -> list[str]:
@@ -186,7 +209,7 @@ class EntryLayout:
             if e.kind in ("table", "column", "relationship") and e.table in index:
                 table_of[i] = index[e.table]
                 schema_kind[i] = True
-            if len(e.tables) > 1:
+            if len(e.tables) > 1 and e.kind in ("table", "column", "relationship"):
                 multi.append(i)
             if e.kind == "column" and e.table is not None:
                 columns[e.table].append(i)
@@ -618,7 +641,7 @@ class Retriever:
             if of_kind and of_kind[0] not in chosen:
                 chosen.append(of_kind[0])
         reasons = {t: "match" for t in chosen}
-        if unmatched or unknown_runs(question, live.terms().counts):
+        if unmatched or unknown_runs(question, live.terms().vocabulary(lambda group: all(map(allows, group)))):
             # a name no profiled value knows: offer the tables where names are looked up
             for lookup in _named_parents(chosen, tables, facts, wide_table_columns):
                 chosen.append(lookup)

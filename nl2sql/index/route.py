@@ -24,7 +24,10 @@ benchmarks/perf/index_wide.py the evidence strategy routes best (numbers in docs
 
 Whatever the strategy, a datasource below `floor_ratio` times the best one (in evidence score, or in
 best similarity for the vote strategies) is dropped and at most `limit` are kept; without a
-`floor_ratio`, each strategy's own (`default_floor`). Only entries the caller may see count.
+`floor_ratio`, each strategy's own (`default_floor`). Only entries the caller may see count: an
+entry counts when every table it is about is allowed, and a verified query (or an example question
+that is one) is about the tables its SQL reads, so a question like one over tables the caller may
+not read gets no vote, no similarity and no words from it.
 """
 
 from __future__ import annotations
@@ -117,7 +120,9 @@ def route(retriever: Retriever, question: str, datasource_ids: Sequence[str], al
             continue
         sims = live.similarities(query)
         tables = {t: allows(ds, t) for t in {t for e in live.entries for t in e.tables}}
-        visible = [i for i, e in enumerate(live.entries) if all(tables[t] for t in e.tables)]
+        # (`chunks.counts_for`, inlined: a verified query's entry counts only with its tables, all allowed)
+        visible = [i for i, e in enumerate(live.entries)
+                   if all(tables[t] for t in e.tables) and (e.tables or e.kind != "verified")]
         if not visible:
             continue
         if lexical:

@@ -19,6 +19,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from nl2sql.config.models import LLM_NODES, LLMConfig, ModelConfig
+from nl2sql.config.reading import loads_json
 from nl2sql.errors import NL2SQLError, UnknownNameError
 from nl2sql.llm.budget import Budget
 from nl2sql.llm.models import CallRecord, LLMError, LLMParseError, LLMResponse, Message, Usage
@@ -170,7 +171,7 @@ class LLMClient:
         for attempt in range(max_parse_retries + 1):
             response = self._call(node, request)
             try:
-                return output.model_validate(json.loads(response.text))
+                return output.model_validate(loads_json(response.text))
             except (ValidationError, json.JSONDecodeError) as exc:
                 errors = validation_lines(exc)
             if attempt == max_parse_retries:

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import httpx
 
 from nl2sql.config.models import ModelConfig
+from nl2sql.config.reading import MAX_DEPTH, loads_json
 from nl2sql.llm.models import (
     LLMAuthError,
     LLMError,
@@ -34,6 +35,8 @@ from nl2sql.llm.models import (
 
 #: First backoff after a 429 or 5xx, doubled each retry (plus jitter), unless the server sends Retry-After.
 BACKOFF_S = 0.5
+#: How deep a provider's response may nest: a structured answer's MAX_DEPTH plus the wire's own envelope.
+ENVELOPE_DEPTH = MAX_DEPTH + 8
 MAX_BACKOFF_S = 30.0
 
 OnDelta = Callable[[str], None]
@@ -108,7 +111,7 @@ class Wire:
                     text, usage = self.parse_stream(response.iter_lines(), on_delta, request)
                     raw: dict[str, Any] = {}
                 else:
-                    raw = response.json()
+                    raw = loads_json(response.text, max_depth=ENVELOPE_DEPTH)
                     text, usage = self.parse(raw, request)
             except httpx.TimeoutException as exc:
                 raise self._timeout(request.node) from exc
@@ -190,7 +193,7 @@ class Wire:
 
 def _error_detail(response: httpx.Response) -> str:
     try:
-        data = response.json()
+        data = loads_json(response.text, max_depth=ENVELOPE_DEPTH)
     except ValueError:
         return ""
     error = data.get("error") if isinstance(data, dict) else None
@@ -203,7 +206,7 @@ def _sse_data(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
         if line.startswith("data:"):
             payload = line[5:].strip()
             if payload and payload != "[DONE]":
-                yield json.loads(payload)
+                yield loads_json(payload, max_depth=ENVELOPE_DEPTH)
 
 
 # --- OpenAI-compatible ---------------------------------------------------------------------------

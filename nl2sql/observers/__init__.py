@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
-from nl2sql.config.load import fix_for, key_path
-from nl2sql.errors import ConfigError, ConfigProblem, UnknownNameError, did_you_mean
+from nl2sql.config.load import option_problems
+from nl2sql.errors import ConfigError, ConfigProblem, UnknownNameError
 from nl2sql.events.catalog import Event
 from nl2sql.observers.audit import AuditObserver
 from nl2sql.observers.log import LogObserver
@@ -87,28 +87,6 @@ def observer_class(name: str) -> type:
 
 
 
-def _option_problems(exc: ValidationError, file: str, index: int, model: type[BaseModel]) -> list[ConfigProblem]:
-    """A validation error of one observer's options, as problems at `observers[i].options.X`."""
-    problems = []
-    for error in exc.errors(include_url=False):
-        loc = tuple(error["loc"])
-        where = f"observers[{index}].options" + (f".{key_path(loc)}" if loc else "")
-        kind, ctx = error["type"], error.get("ctx") or {}
-        if kind == "nl2sql":
-            problems.append(ConfigProblem(file, where, ctx["message"], ctx.get("fix") or None))
-        elif kind == "extra_forbidden":
-            allowed = list(model.model_fields)
-            guess = did_you_mean(str(loc[-1]), allowed)
-            fix = f"did you mean '{guess}'?" if guess else f"allowed options: {', '.join(allowed) or '(none)'}"
-            problems.append(ConfigProblem(file, where, f"unknown option '{loc[-1]}'", fix))
-        elif kind == "missing":
-            problems.append(ConfigProblem(file, where, f"required option '{loc[-1]}' is missing", "add it"))
-        else:
-            message = error["msg"].removeprefix("Value error, ").rstrip(".")
-            problems.append(ConfigProblem(file, where, message, fix_for(kind)))
-    return problems
-
-
 def _relocated(err: ConfigError, file: str, index: int) -> list[ConfigProblem]:
     """An observer's own ConfigError (keys relative to its options; '' is the observer) placed in the file."""
     out = []
@@ -159,7 +137,7 @@ def build_observers(config: Config) -> list[Observer]:
         try:
             options = options_model.model_validate(entry.options)
         except ValidationError as exc:
-            problems.extend(_option_problems(exc, file, index, options_model))
+            problems.extend(option_problems(exc, file, f"observers[{index}].options", options_model))
             continue
         planned.append((index, cls, options))
     if problems:

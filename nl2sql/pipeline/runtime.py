@@ -24,6 +24,8 @@ from nl2sql.llm.client import LLMBlockLoader, LLMClient
 from nl2sql.llm.models import CallRecord, LimitReached
 from nl2sql.observers import Observer, build_observers, subscribe_observers
 from nl2sql.pipeline.scope import RunScope
+from nl2sql.policies import Scope
+from nl2sql.verified.scope import VerifiedCatalog
 
 #: Distinct values read for a text parameter tied to a column.
 MAX_PARAMETER_VALUES = 5000
@@ -62,6 +64,11 @@ class Runtime:
         self.catalog = DatasourceCatalog(config, block_loader=block_loader)
         self.llm_block_loader = llm_block_loader
         self.hooks = build_hooks(config)
+        # the tables each verified query reads, from its SQL, once (in the URL's dialect, else the adapter's)
+        self.verified = VerifiedCatalog(config, lambda ds: config.datasource(ds).dialect or self.catalog.get(ds).name)
+        for datasource in config.datasources:
+            if datasource.dialect:
+                self.verified.queries(datasource.id)
         self.observers = list(build_observers(config) if observers is None else observers)
         self.forward = forward  # every event, e.g. to Prefect's event stream
         self.listeners: list[Callable] = []  # every run's events, e.g. the CLI's live display
@@ -95,8 +102,9 @@ class Runtime:
         return LLMClient(self.config.llm, budget=RunBudget(scope, limits.max_llm_calls, limits.max_cost_usd),
                          on_call=on_call, on_parse_retry=on_parse_retry, block_loader=self.llm_block_loader)
 
-    def column_values(self, datasource_id: str, table: str, column: str) -> list[str]:
-        """Distinct values of a text column (for verified queries' parameters), read once per process."""
+    def column_values(self, datasource_id: str, table: str, column: str, scope: Scope | None = None) -> list[str]:
+        """Distinct values of a text column (for the parameters of the verified queries a caller may run), read
+        once per process; with the caller's `scope`, the database refuses it too if the column is not the caller's."""
         key = (datasource_id, table, column)
         with self._lock:
             if key in self._values:
@@ -108,7 +116,8 @@ class Runtime:
         adapter = self.catalog.get(datasource_id)
         query = exp.select(exp.column(column, quoted=True)).distinct().from_(table_expression(table)).where(
             exp.column(column, quoted=True).is_(exp.null()).not_())
-        result = adapter.execute(query.sql(dialect=adapter.dialect), row_limit=MAX_PARAMETER_VALUES, timeout_s=10)
+        result = adapter.execute(query.sql(dialect=adapter.dialect), row_limit=MAX_PARAMETER_VALUES, timeout_s=10,
+                                 scope=scope)
         values = [str(v) for v in result.frame.iloc[:, 0].tolist()] if len(result.frame.columns) else []
         with self._lock:
             self._values[key] = values

@@ -11,7 +11,6 @@ from typing import Any
 
 from nl2sql.aggregate import CombineSpec, Frame, JoinKeyPair, combine
 from nl2sql.datasources.checked import run_checked_sql
-from nl2sql.datasources.guard import guard_sql, tables_read
 from nl2sql.errors import IndexNotBuilt, QuestionNotAnswerable, QuestionTooBroad, SecurityViolation
 from nl2sql.pipeline import prompts
 from nl2sql.pipeline.result import RunWarning
@@ -31,26 +30,27 @@ def _reachable(ctx: RunContext, state: RunState) -> list[str]:
 
 
 def match_curated(ctx: RunContext, state: RunState) -> None:
-    """Answer from a verified query when one matches the question (its SQL still checked against the role)."""
-    reachable = _reachable(ctx, state)
-    candidates = [(ds.id, i, q) for ds in ctx.config.datasources if ds.id in reachable
-                  for i, q in enumerate(ds.verified_queries)]
-    if not candidates:
-        return
+    """Answer from a verified query the caller may run when one matches the question; refuse (the generic
+    sentence, nothing of the query) when the closest is one over a table the caller may not read."""
+    ids = [state.datasource_id] if state.datasource_id else [d.id for d in ctx.config.datasources]
     runtime = ctx.runtime
-    embedder = runtime.index.retriever.embedder
+    readable, denied = runtime.verified.split(state.roles, ids)
+    if not readable and not denied:
+        return
+    policies = ctx.config.policies
     match = match_verified(
-        state.question, candidates, embed=embedder.embed_cached,
-        lookup=lambda ds: lambda table, column: runtime.column_values(ds, table, column),
+        state.question, [(q.datasource_id, q.position, q.query) for q in readable],
+        denied=[(q.datasource_id, q.position, q.query) for q in denied],
+        embed=runtime.index.retriever.embedder.embed_cached,
+        lookup=lambda ds: lambda table, column: runtime.column_values(ds, table, column,
+                                                                        scope(policies, state.roles, ds)),
         dialect_of=lambda ds: runtime.catalog.get(ds).name, min_similarity=ctx.config.settings.curated.min_similarity)
     if match is None:
         return
-    dialect = runtime.catalog.get(match.datasource_id).name
-    read = tables_read(guard_sql(match.sql, dialect))
+    tables = next(q.tables for q in readable if (q.datasource_id, q.position) == (match.datasource_id, match.position))
     state.datasource_ids = [match.datasource_id]
     state.sub_queries = [SubQuery(id="sq1", datasource_id=match.datasource_id, question=state.question,
-                                  verified=match, sql=match.sql, plan_source="verified",
-                                  tables=[".".join(p for p in (r.schema, r.name) if p) for r in read])]
+                                  verified=match, sql=match.sql, plan_source="verified", tables=list(tables))]
 
 
 def resolve_datasources(ctx: RunContext, state: RunState) -> None:

@@ -9,8 +9,11 @@ import yaml
 from pydantic import ValidationError
 
 from nl2sql.config.load import key_path
+from nl2sql.config.reading import MAX_DEPTH, UTF8_FIX, NotUTF8, load_yaml, loads_json, read_text, yaml_problem
 from nl2sql.errors import NL2SQLError
 from nl2sql.plan.model import PlanModel
+
+PLAN_DOCS = "docs/plans.md"
 
 
 class PlanFileError(NL2SQLError):
@@ -29,17 +32,27 @@ def parse_plan(data: object, *, source: str = "plan") -> PlanModel:
         lines = [f"{source}: {key_path(tuple(e['loc'])) or '(top)'}: {e['msg']}" for e in exc.errors(include_url=False)]
         shown = lines[:10] + ([f"… and {len(lines) - 10} more"] if len(lines) > 10 else [])
         raise PlanFileError("Not a valid plan:\n" + "\n".join(f"  - {line}" for line in shown),
-                            fix="See docs/plans.md for the plan format.") from exc
+                            fix=f"See {PLAN_DOCS} for the plan format.") from exc
 
 
 def load_plan_file(path: Path) -> PlanModel:
-    """Read a plan from a .json, .yaml or .yml file."""
+    """Read a plan from a .json, .yaml or .yml file (UTF-8, nested at most MAX_DEPTH levels)."""
+    kind = "JSON" if path.suffix == ".json" else "YAML"
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
+    except NotUTF8 as exc:
+        raise PlanFileError(f"{path}: {exc}.", fix=UTF8_FIX[0].upper() + UTF8_FIX[1:] + ".") from None
     except OSError as exc:
-        raise PlanFileError(f"{path}: cannot read the file ({exc.strerror}).") from exc
+        raise PlanFileError(f"{path}: cannot read the file ({exc.strerror}).",
+                            fix="Pass the path of a readable plan file (JSON or YAML).") from None
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise PlanFileError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from exc
+        data = loads_json(text) if kind == "JSON" else load_yaml(text)
+    except json.JSONDecodeError as exc:
+        fix = f"Nest at most {MAX_DEPTH} levels deep" if exc.msg.startswith("nested deeper") else "Fix the JSON there"
+        raise PlanFileError(f"{path}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}.",
+                            fix=f"{fix}; see {PLAN_DOCS} for the plan format.") from None
+    except yaml.YAMLError as exc:
+        message, fix = yaml_problem(exc)
+        raise PlanFileError(f"{path}: {message}.", fix=f"{fix[0].upper()}{fix[1:]}; see {PLAN_DOCS} for the plan "
+                            "format.") from None
     return parse_plan(data, source=str(path))

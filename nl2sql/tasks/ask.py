@@ -6,6 +6,7 @@ from typing import Any
 
 from prefect.utilities.annotations import quote
 
+from nl2sql.errors import EngineFault, NL2SQLError
 from nl2sql.pipeline.declaration import ASK, Step
 from nl2sql.pipeline.run import invoke_step
 from nl2sql.pipeline.runtime import RunContext
@@ -14,8 +15,14 @@ from nl2sql.tasks import step_task
 
 
 def _run_step(label: str, step: Step, ctx: RunContext, state: RunState, sq: SubQuery | None) -> None:
-    """One declared step (its errors are recorded on the state, so the task itself completes)."""
-    invoke_step(step, ctx, state, sq)
+    """One declared step (its errors are recorded on the state, so the task itself completes; an unexpected
+    exception fails the task by its type alone: Prefect keeps the message as the task run's state)."""
+    try:
+        invoke_step(step, ctx, state, sq)
+    except Exception as exc:
+        if isinstance(exc, NL2SQLError):
+            raise
+        raise EngineFault(exc) from exc
 
 
 #: One task per step of the declaration (hook points included), each run named `step · sub-query (datasource)`.

@@ -20,6 +20,7 @@ from nl2sql.config import Config
 from nl2sql.index.store import StateStore
 from nl2sql.llm.fake import FakeLLMServer
 from nl2sql.pipeline import QueryResult
+from nl2sql.policies.users import token_hash
 from tests.e2e.test_ask import INVOICE_PLAN
 from tests.support.ask import ModelScript, write_ask_project
 from tests.support.llm import running
@@ -28,6 +29,10 @@ from tests.support.prefect_server import prefect_server_process
 pytestmark = pytest.mark.prefect
 QUESTION = "What is the total of all invoices ever?"
 REVIEW = [{"use": "sql_review", "options": {"tables": ["chinook.Invoice*"]}, "approver_roles": ["admin"]}]
+#: Known users: ann asks (and could approve, but not her own), dba approves, carl holds no approver role.
+USERS = {"ann": {"roles": ["analyst", "admin"], "token_sha256": token_hash("ann-token")},
+         "dba": {"roles": ["admin"], "token_sha256": token_hash("dba-token")},
+         "carl": {"roles": ["analyst"], "token_sha256": token_hash("carl-token")}}
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +85,7 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
 class Asking:
     """A question asked through the ask flow on a thread (the flow blocks while it is paused)."""
 
-    def __init__(self, config_path: Path, role: str = "analyst") -> None:
+    def __init__(self, config_path: Path, role: str = "analyst", user: str = "ann") -> None:
         self.result: QueryResult | None = None
         self.error: BaseException | None = None
         self.store = StateStore(config_path.parent / ".nl2sql")
@@ -90,7 +95,7 @@ class Asking:
             from nl2sql.flows.ask import ask_here
 
             try:
-                self.result = ask_here(QUESTION, role=role, user_id="ann", config=str(config_path))
+                self.result = ask_here(QUESTION, role=role, user_id=user, config=str(config_path))
             except BaseException as exc:  # reported by finish()
                 self.error = exc
 
@@ -124,6 +129,29 @@ def resume(item: dict, **answer: Any) -> None:
     resume_flow_run(item["trace_id"], run_input=run_input)
 
 
+def _pause_key(run_id: str) -> str | None:
+    from prefect import get_client
+
+    with get_client(sync_client=True) as client:
+        state = client.read_flow_run(run_id).state
+    return state.state_details.pause_key if state is not None and state.is_paused() else None
+
+
+def paused_again(run_id: str, old_key: str | None) -> str:
+    """Wait until the run has read an answer that did not count and paused again (under a new key)."""
+    return wait_for("the run to pause again", lambda: (k := _pause_key(run_id)) and k != old_key and k, timeout=60)
+
+
+def post_resume(api: str, run_id: str, run_input: dict | None) -> str:
+    """POST to the Prefect API's resume endpoint as any client could; the orchestration status it answers."""
+    import httpx
+
+    body = {} if run_input is None else {"run_input": run_input}
+    response = httpx.post(f"{api}/flow_runs/{run_id}/resume", json=body, timeout=30)
+    response.raise_for_status()
+    return response.json()["status"]
+
+
 def test_a_reviewed_table_pauses_and_a_valid_approver_runs_the_sql(server: Any, project: Config,
                                                                    model: ModelScript) -> None:
     from prefect import get_client
@@ -142,7 +170,12 @@ def test_a_reviewed_table_pauses_and_a_valid_approver_runs_the_sql(server: Any, 
 
 def test_an_approver_without_the_role_ends_the_run_denied(server: Any, project: Config, model: ModelScript) -> None:
     asking = Asking(project.path)
-    resume(asking.request(), role="analyst")
+    item = asking.request()
+    key = _pause_key(item["trace_id"])
+    resume(item, approver="", role="")  # empty: no answer at all, the run keeps waiting (it used to fail)
+    paused_again(item["trace_id"], key)
+    assert asking.store.approvals(trace_id=item["trace_id"])[0]["status"] == "pending"
+    resume(item, role="analyst")
     result = asking.finish()
     assert result.status == "error" and [e.code for e in result.errors] == ["HOOK_DENIED"]
     assert "role 'analyst' may not approve" in result.errors[0].message and not result.sub_queries[0].rows
@@ -239,6 +272,10 @@ def test_a_deployment_run_suspends_and_resumes_without_a_second_planner_call(ser
             wait_for("the suspension", lambda: client.read_flow_run(run.id).state.name == "Suspended")
             assert model.fake.calls("PlanModel") == 1
             assert store.pinned_run(str(run.id)) is not None
+            key = _pause_key(str(run.id))
+            resume(item, approver="", role="")  # no answer: the restarted run reads it, then suspends again
+            paused_again(str(run.id), key)
+            assert client.read_flow_run(run.id).state.name == "Suspended"
             resume(item)
             final = wait_for("the completed run", lambda: (s := client.read_flow_run(run.id).state).is_final() and s,
                              timeout=120)
@@ -256,3 +293,79 @@ def _deployment(client: Any, name: str) -> Any:
         return client.read_deployment_by_name(name)
     except Exception:
         return None
+
+
+@pytest.fixture(scope="module")
+def users_config(project: Config) -> Path:
+    """The approvals project with `policies.users` (same folder, same index and state)."""
+    raw = yaml.safe_load(project.path.read_text())
+    raw["policies"]["users"] = USERS
+    path = project.path.with_name("users.yaml")
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+@pytest.mark.slow
+def test_with_users_no_resume_without_a_valid_approver_credential_runs_the_statement(
+        server: Any, users_config: Path, model: ModelScript, capsys: pytest.CaptureFixture[str]) -> None:
+    from prefect import get_client
+
+    from nl2sql.cli.main import main
+
+    api, _ = server
+    asking = Asking(users_config, role="analyst", user="ann")
+    item = asking.request()
+    run_id, request = item["trace_id"], item["request"]
+    filled = {"request_id": request["id"], "sql_sha256": request["sql_sha256"]}
+    approve = {"approve": True, **filled}
+    no_answers = [
+        None,                                                                 # no run_input at all
+        {},                                                                   # nothing filled in
+        {**approve, "approver": "", "role": "", "token": ""},                 # empty strings
+        {**approve, "approver": "dba", "role": "admin"},                      # no token
+        {**approve, "approver": "dba", "role": "admin", "token": "guess"},    # a wrong token
+        {**approve, "approver": "carl", "token": "carl-token"},               # right token, no approver role
+        {**approve, "approver": "carl", "role": "admin", "token": "carl-token"},
+        {**approve, "approver": "dba", "role": "admin", "token": "carl-token"},  # another user's token
+        {**approve, "approver": "ann", "role": "admin", "token": "ann-token"},   # the asker's own: self-approval
+        {**approve, "approver": "mallory", "role": "admin", "token": "dba-token"},  # not a configured user
+        {"approve": False, **filled, "approver": "carl", "token": "carl-token"},  # nor may a non-approver deny
+    ]
+    for run_input in no_answers:
+        key = _pause_key(run_id)
+        assert post_resume(api, run_id, run_input) == "ACCEPT"
+        paused_again(run_id, key)
+        assert asking.thread.is_alive() and asking.result is None, run_input
+    for off_form in ({**approve, "approver": "dba", "tokn": "dba-token"},        # not a field of the form
+                     {**approve, "approve": "yes", "approver": "dba", "token": "dba-token"}):  # not a boolean
+        key = _pause_key(run_id)
+        assert post_resume(api, run_id, off_form) == "REJECT" and _pause_key(run_id) == key
+    assert asking.store.approvals(trace_id=run_id)[0]["status"] == "pending"
+    assert post_resume(api, run_id, {**approve, "approver": "dba", "token": "dba-token", "comment": "ok"}) == "ACCEPT"
+    result = asking.finish()
+    assert result.status == "success", result.errors
+    assert round(result.sub_queries[0].rows[0][0], 2) == 2328.6
+    resolved = asking.store.approvals(status="approved", trace_id=run_id)[0]
+    assert (resolved["approver"], resolved["role"]) == ("dba", "admin")
+    with get_client(sync_client=True) as client:  # no answer, hence no token, is left in the Prefect API
+        inputs = client.filter_flow_run_input(run_id, key_prefix="paused-", limit=100, exclude_keys=set())
+        assert inputs and not [i for i in inputs if "-token" in i.value]
+
+    # `nl2sql approve` on a run that is no longer paused (or unknown to Prefect): one line, exit 1.
+    from uuid import uuid4
+
+    from nl2sql.hooks.approval import ApprovalRequest
+
+    for target in (run_id, str(uuid4())):
+        stale = ApprovalRequest.build(question=QUESTION, asker="ann", hook="sql_review", datasource_id="chinook",
+                                      sub_query_id="sq1", sql=f"SELECT 1 -- {target}", reason="reads chinook.Invoice",
+                                      approver_roles=["admin"])
+        asking.store.save_approval(target, stale.id, stale.model_dump())
+        try:
+            main(["-c", str(users_config), "approve", target, "--user", "dba", "--token", "dba-token"])
+            code = 0
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+        _, err = capsys.readouterr()
+        assert code == 1 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+        assert ("is not paused (state: Completed)" if target == run_id else "not known to the Prefect API") in err

@@ -123,13 +123,14 @@ def test_an_engine_fault_fails_the_flow_run(project: Config, model: ModelScript,
     from nl2sql.pipeline import run
 
     def broken(*args: object) -> None:
-        raise RuntimeError("disk on fire")
+        raise RuntimeError("disk on fire at luis@example.com")
 
     monkeypatch.setattr(run, "build_result", broken)
     with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
         state = ask("How much did we earn in each year?", role="analyst", config=str(project.path),
                     return_state=True)
     assert state.is_failed()
+    assert "RuntimeError" in state.message and "luis@" not in state.message  # Prefect keeps the type only
 
 
 def test_the_run_events_reach_prefect_related_to_the_flow_run(project: Config, model: ModelScript) -> None:

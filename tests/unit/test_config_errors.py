@@ -56,6 +56,7 @@ class Project:
     env: pytest.MonkeyPatch
     main_text: str | None = None  # raw text for the main file instead of `cfg` dumped as YAML
     main_name: str = MAIN  # the file handed to load_config
+    main_bytes: bytes | None = None  # raw bytes for the main file, written last
 
     def write(self, name: str, content: Any) -> None:
         """Write a side file (a section include): a string as is, anything else as YAML."""
@@ -67,6 +68,8 @@ class Project:
             (self.root / MAIN).write_text(self.main_text, encoding="utf-8")
         else:
             self.write(MAIN, self.cfg)
+        if self.main_bytes is not None:
+            (self.root / MAIN).write_bytes(self.main_bytes)
         return load_config(self.root / self.main_name)
 
 
@@ -165,6 +168,18 @@ def main_text(text: str) -> Callable[[Project], None]:
 def main_name(name: str) -> Callable[[Project], None]:
     def breaks(p: Project) -> None:
         p.main_name = name
+
+    return breaks
+
+
+def write_bytes(name: str, content: bytes) -> Callable[[Project], None]:
+    """A file holding raw bytes (the main file too: `main_text` is then ignored)."""
+
+    def breaks(p: Project) -> None:
+        if name == MAIN:
+            p.main_bytes = content
+        else:
+            (p.root / name).write_bytes(content)
 
     return breaks
 
@@ -304,6 +319,42 @@ CASES = [
          both(include("llm", "llm.yaml", ...), at("llm", "${env:NOPE_DIR}/llm.yaml"),
               lambda p: p.env.delenv("NOPE_DIR", raising=False)),
          MAIN, "llm", "export NOPE_DIR=", "NOPE_DIR is not set"),
+    # hostile or unreadable text, found when the file is read
+    Case("main-not-utf8", write_bytes(MAIN, b"version: 1\n# caf\xe9\n"), MAIN, "",
+         "save the file as UTF-8", "not UTF-8 text (byte 0xe9 at line 2, column 6)"),
+    Case("include-not-utf8", both(include("policies", "policies.yaml"),
+                                  write_bytes("policies.yaml", b"roles: {}\n# \xff\n")),
+         "policies.yaml", "policies", "save the file as UTF-8", "not UTF-8 text", not_file=(MAIN,)),
+    Case("main-too-deep", main_text("datasources: " + "[" * 20_000 + "]" * 20_000 + "\n"), MAIN, "",
+         "at most 100 levels deep", "nested deeper than 100 levels"),
+    Case("main-alias-bomb", main_text("".join(
+        ["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"]
+        + [f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True)])),
+        MAIN, "", "write the repeated part out", "aliases expand to more than 100,000 extra nodes"),
+    Case("yaml-impossible-date", main_text("version: 1\ndatasources:\n- id: a\n  description: 2021-02-30\n"), MAIN, "",
+         "quote the value", "day is out of range for month"),
+    # checks at load that used to wait for the first question
+    Case("url-port-not-a-number", ds(1, url="postgresql://u@h:notaport/db"), MAIN, "datasources[1].url",
+         "write the port as digits", "the port is not a number"),
+    Case("url-driver-not-installed", ds(1, url="postgresql+psycopg2://u@h/db"), MAIN, "datasources[1].url",
+         "pip install psycopg2-binary", "driver 'psycopg2' is not installed"),
+    Case("url-driver-unknown", ds(1, url="postgresql+nodriver://u@h/db"), MAIN, "datasources[1].url",
+         "name an installed driver", "unknown driver 'nodriver'"),
+    Case("verified-sql-drop", ds(0, verified_queries=[{"question": "Drop it", "sql": "DROP TABLE Album"}]), MAIN,
+         "datasources[0].verified_queries[0].sql", "Rewrite it as one SELECT", "this statement is a DROP"),
+    Case("hook-option-typo", at("hooks.0.options", {"tabels": ["chinook.Invoice"]}), MAIN,
+         "hooks[0].options.tabels", "did you mean 'tables'?", "unknown option 'tabels'"),
+    Case("hook-option-missing", at("hooks", [{"use": "row_limit"}]), MAIN, "hooks[0].options.max_rows",
+         "add it", "required option 'max_rows' is missing"),
+    Case("hook-point-unsupported", at("hooks.0.points", ["plan.after"]), MAIN, "hooks[0].points",
+         "remove the other points", "sql_review runs only at execute.before"),
+    Case("observer-option-bad", at("observers.0.options", {"level": "LOUD"}), MAIN, "observers[0].options.level",
+         "use one of", "unknown log level 'LOUD'"),
+    Case("state-dir-is-a-file", both(lambda p: p.write("taken", "x"), at("storage.state_dir", "taken")), MAIN,
+         "storage.state_dir", "point storage.state_dir at a folder", "'taken' is a file, not a folder"),
+    Case("pattern-shape-and-unknown-datasource", at("policies.roles.viewer.allow", ["a.b.c.d", "chinok.Album"]),
+         MAIN, "policies.roles.viewer.allow[1]", "did you mean 'chinook'?", "names unknown datasource 'chinok'",
+         alone=False),
 ]
 
 
