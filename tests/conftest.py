@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from nl2sql.config import Config, load_config
+from nl2sql.config import Config
 from nl2sql.demo import CHINOOK, init_demo
-from nl2sql.runtime import prepare_prefect_env
+from nl2sql.prefect_env import prepare_prefect_env
+from nl2sql.project import load_project
 
 # Before anything imports Prefect: its home inside the repository's (ignored) state folder, no telemetry.
 prepare_prefect_env(Path(__file__).resolve().parent.parent / ".nl2sql" / "tests")
@@ -26,7 +27,7 @@ def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def demo_config(demo_dir: Path) -> Config:
     """The demo project's configuration."""
-    return load_config(demo_dir / "nl2sql.yaml")
+    return load_project(demo_dir / "nl2sql.yaml")
 
 
 @pytest.fixture(scope="session")

@@ -64,10 +64,10 @@ def prefect_server(home: Path, postgres: bool):
 
 def write_project(target: Path, base_url: str) -> Path:
     """The demo project with the fake server as its model, the plan cache off, its index built."""
-    from nl2sql.config import load_config
     from nl2sql.demo import init_demo
     from nl2sql.index import StateStore
     from nl2sql.index.service import build_configured
+    from nl2sql.project import load_project
 
     path = init_demo(target, env={})
     raw = yaml.safe_load(path.read_text())
@@ -76,7 +76,7 @@ def write_project(target: Path, base_url: str) -> Path:
     raw["observers"] = []
     raw["settings"] = {"pipeline": {"plan_cache": False}}
     path.write_text(yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
-    config = load_config(path)
+    config = load_project(path)
     build_configured(config, StateStore(config.state_dir))
     return path
 
@@ -110,10 +110,10 @@ def _no_server():
 
 
 def run(work: Path, count: int, server: str) -> dict[str, Any]:
-    from nl2sql.config import load_config
     from nl2sql.flows.ask import ask_here, runtime_for
     from nl2sql.llm.fake import FakeLLMServer
     from nl2sql.pipeline import Runtime, ask_inline
+    from nl2sql.project import load_project
 
     plans = {}
     for path in sorted(PLANS.glob("*.json")):
@@ -126,7 +126,7 @@ def run(work: Path, count: int, server: str) -> dict[str, Any]:
         fake.respond_with("PlanModel", lambda b: plans[_asked(b)])
         fake.respond_with("text", lambda b: "The answer is in the rows below.")
         config_path = write_project(work / "demo", fake.base_url)
-        runtime = Runtime(load_config(config_path), observers=[])
+        runtime = Runtime(load_project(config_path), observers=[])
         ask_inline(runtime, questions[0], roles=["admin"])  # warm: model files, connections
         ask_here(questions[0], role="admin", config=str(config_path))  # warm: the flow's runtime, the client
         flow_runtime = runtime_for(str(config_path))

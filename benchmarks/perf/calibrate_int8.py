@@ -25,7 +25,7 @@ from types import ModuleType
 
 import numpy as np
 
-from nl2sql.config.load import load_config
+from nl2sql.project import load_project
 from nl2sql.config.models import ProfileSettings
 from nl2sql.datasources import adapter_class
 from nl2sql.demo import init_demo
@@ -73,7 +73,7 @@ def corpus(seed: int, tables: int, databases: int, work: Path, demo: bool) -> li
     recorder = Recorder()
     store = StateStore(work / f"state-{seed}")
     if demo:
-        config = load_config(init_demo(work / "demo"))
+        config = load_project(init_demo(work / "demo"))
         build_configured(config, store, recorder)
     wide = schemas.write_sqlite(schemas.wide_schema(tables, seed), work / f"wide-{seed}.sqlite")
     build_datasource(adapter_class("sqlite")("wide", f"sqlite:///{wide}"), store, recorder, profile=ProfileSettings())

@@ -32,7 +32,6 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from nl2sql.config import load_config
 from nl2sql.demo import init_demo
 from nl2sql.index.embed import shared_embedder
 from nl2sql.index.retrieve import Retriever
@@ -42,6 +41,7 @@ from nl2sql.index.store import StateStore
 from nl2sql.plan import PlanModel
 from nl2sql.plan import model as m
 from nl2sql.policies import scope
+from nl2sql.project import load_project
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -128,7 +128,7 @@ def build(workdir: Path):
     config_path = workdir / "nl2sql.yaml"
     if not config_path.exists():
         init_demo(workdir, env={})
-    config = load_config(config_path)
+    config = load_project(config_path)
     store = StateStore(config.state_dir)
     embedder = shared_embedder()  # NL2SQL_EMBED_PRECISION picks int8 (default) or float32
     build_configured(config, store, embedder)

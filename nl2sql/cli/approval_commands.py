@@ -9,8 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from nl2sql.cli.data_commands import JsonOption, console
-from nl2sql.cli.main import app, err_console
+from nl2sql.cli.options import JsonOption, app, console, err_console
 from nl2sql.config.models import PoliciesConfig
 from nl2sql.errors import ConfigError, ConfigProblem, NL2SQLError
 from nl2sql.policies.users import TOKEN_ENV, acting_role, new_token, token_hash, users_configured

@@ -11,8 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from nl2sql.cli.data_commands import JsonOption, RoleOption, console
-from nl2sql.cli.main import app, drain_prefect, err_console
+from nl2sql.cli.options import JsonOption, RoleOption, app, console, drain_prefect, err_console
 
 if TYPE_CHECKING:
     from nl2sql.events import Event

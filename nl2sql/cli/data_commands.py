@@ -8,23 +8,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from nl2sql.cli.main import app, block_loader, datasources_app
+from nl2sql.cli.options import JsonOption, RoleOption, UserOption, app, block_loader, console, datasources_app
 from nl2sql.errors import ConfigError, ConfigProblem
 
 if TYPE_CHECKING:  # pandas and SQLAlchemy load only for the commands that read data: `--help` stays fast
     from nl2sql.datasources.models import ExecutionResult
-
-console = Console(highlight=False)
-
-RoleOption = Annotated[str | None, typer.Option("--role", "-r", help="The asker's role (default: policies.default_role).")]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
-UserOption = Annotated[str | None, typer.Option("--user", help="Your user id (required when policies.users is "
-                                                "configured; --role must then be one of its roles).")]
-
 
 @app.command("init")
 def init_command(

@@ -10,8 +10,7 @@ import typer
 from rich.markdown import Markdown
 from rich.markup import escape
 
-from nl2sql.cli.data_commands import console
-from nl2sql.cli.main import app, block_loader, drain_prefect, err_console, quiet_prefect
+from nl2sql.cli.options import app, block_loader, console, drain_prefect, err_console, quiet_prefect
 
 eval_app = typer.Typer(help="Evaluation: run suites, gate against a baseline, keep records.", no_args_is_help=True)
 app.add_typer(eval_app, name="eval")
@@ -38,9 +37,10 @@ def eval_run_command(
 ) -> None:
     """Run a suite; exit 0 ok, 1 a regression (or, in mode plans, a failing run), 2 usage or series break, 3 the
     dollar cap stopped the run."""
-    from nl2sql.config import config_path, load_config
+    from nl2sql.config import config_path
     from nl2sql.evaluation.suite import checked_suite
-    from nl2sql.runtime import prepare_prefect_env
+    from nl2sql.prefect_env import prepare_prefect_env
+    from nl2sql.project import load_project
 
     if mode not in ("plans", "retrieval", "full"):
         raise typer.BadParameter("use plans, retrieval or full", param_hint="--mode")
@@ -52,7 +52,7 @@ def eval_run_command(
         raise typer.BadParameter(f"{baseline} does not exist (a report, a record, or a folder of records)",
                                  param_hint="--baseline")
     path = Path(config_path(config or ctx.obj.config_option))
-    cfg = load_config(path)
+    cfg = load_project(path)
     from nl2sql.policies.users import acting_roles
 
     role = acting_roles(cfg.policies, user, role)

@@ -10,8 +10,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 
-from nl2sql.cli.data_commands import JsonOption, RoleOption, UserOption, console
-from nl2sql.cli.main import app, err_console
+from nl2sql.cli.options import JsonOption, RoleOption, UserOption, app, console, err_console
 
 index_app = typer.Typer(help="The schema index: build it, list its versions.", no_args_is_help=True)
 app.add_typer(index_app, name="index")
@@ -112,10 +111,10 @@ def retrieve_command(
     result = service.retrieve(question, role, datasource, among=[ds for ds in wanted if ds not in missing])
     if as_json:
         payload = {"routing": result.routing.explanation(),
-                   "schema": None if result.schema is None else {
-                       "datasource": result.schema.datasource_id, "tables": result.schema.table_names(),
-                       "columns": {t.name: [c.name for c in t.columns] for t in result.schema.tables},
-                       "foreign_keys": result.schema.foreign_keys}}
+                   "schema": None if result.retrieved is None else {
+                       "datasource": result.retrieved.datasource_id, "tables": result.retrieved.table_names(),
+                       "columns": {t.name: [c.name for c in t.columns] for t in result.retrieved.tables},
+                       "foreign_keys": result.retrieved.foreign_keys}}
         typer.echo(json.dumps(payload, indent=2))
         return
     routing = result.routing
@@ -133,9 +132,9 @@ def retrieve_command(
             verdict = "picked" if c.datasource_id in routing.picks else routing.dropped.get(c.datasource_id, "")
             table.add_row(c.datasource_id, f"{c.score:.4f}", f"{c.similarity:.3f}", votes, verdict)
     console.print(table)
-    if result.schema is not None:
-        console.print(f"[bold]Schema for the planner[/] ({result.schema.datasource_id}, "
-                      f"{len(result.schema.tables)} tables, {result.schema.column_count} columns):")
-        console.print(result.schema.render(), highlight=False, markup=False)
-        for fk in result.schema.foreign_keys:
+    if result.retrieved is not None:
+        console.print(f"[bold]Schema for the planner[/] ({result.retrieved.datasource_id}, "
+                      f"{len(result.retrieved.tables)} tables, {result.retrieved.column_count} columns):")
+        console.print(result.retrieved.render(), highlight=False, markup=False)
+        for fk in result.retrieved.foreign_keys:
             console.print(f"  {fk}", markup=False)

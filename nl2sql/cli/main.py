@@ -6,85 +6,16 @@ timeout); 2 a usage error (bad arguments, configuration, unknown names, SQL the 
 
 from __future__ import annotations
 
-import os
 import sys
-from pathlib import Path
-from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
+from nl2sql.cli.options import app, err_console
 from nl2sql.errors import DatasourceError, EngineFault, IndexBuildFailed, NL2SQLError, SecurityViolation
-
-app = typer.Typer(
-    name="nl2sql",
-    help="nl2sql: ask your databases questions in plain language, safely.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-datasources_app = typer.Typer(help="Registered datasources.", no_args_is_help=True)
-app.add_typer(datasources_app, name="datasources")
-
-err_console = Console(stderr=True, highlight=False)
 
 #: Errors that mean "the run was refused or failed" (exit 1) rather than "the command was wrong" (exit 2).
 RUN_FAILURES: tuple[type[NL2SQLError], ...] = (SecurityViolation, DatasourceError, IndexBuildFailed, EngineFault)
-
-
-class State:
-    """Options shared by every command."""
-
-    def __init__(self, config: Path | None) -> None:
-        self.config_option = config
-
-    def config(self):  # -> Config; imported lazily to keep `--help` fast
-        """Load the configuration and point Prefect's home into its state folder."""
-        from nl2sql.config import config_path, load_config
-        from nl2sql.runtime import prepare_prefect_env
-
-        config = load_config(config_path(self.config_option))
-        prepare_prefect_env(config.state_dir)
-        quiet_prefect()
-        return config
-
-
-def quiet_prefect() -> None:
-    """The CLI shows its own progress: Prefect's client logs warnings only, and an embedded server (started by
-    this process, its logs on this terminal) only what is critical — its shutdown races are noise here."""
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    # a failed task or flow is reported by the command itself, in one line: no traceback on the terminal (the
-    # Prefect UI's logs keep it)
-    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "CRITICAL")
-    os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")
-
-
-@app.callback()
-def _root(
-    ctx: typer.Context,
-    config: Annotated[
-        Path | None,
-        typer.Option("--config", "-c", help="Path to nl2sql.yaml (default: $NL2SQL_CONFIG or ./nl2sql.yaml)."),
-    ] = None,
-) -> None:
-    ctx.obj = State(config)
-
-
-def block_loader(name: str) -> str:
-    """Load a DatasourceBlock's URL (imports Prefect only when a config names a block)."""
-    from nl2sql.blocks import load_datasource_url
-
-    return load_datasource_url(name)
-
-
-def drain_prefect() -> None:
-    """Deliver the events and logs still queued before the process (and an embedded server) stops."""
-    from prefect.events.worker import EventsWorker
-    from prefect.logging.handlers import APILogWorker
-
-    APILogWorker.drain_all()
-    EventsWorker.drain_all()
 
 
 def register_commands() -> None:

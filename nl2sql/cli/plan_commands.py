@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from nl2sql.cli.data_commands import JsonOption, RoleOption, UserOption, console, print_rows
-from nl2sql.cli.main import app, block_loader
+from nl2sql.cli.data_commands import print_rows
+from nl2sql.cli.options import JsonOption, RoleOption, UserOption, app, block_loader, console
 
 if TYPE_CHECKING:
     from nl2sql.config import Config

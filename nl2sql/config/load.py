@@ -26,16 +26,15 @@ from nl2sql.errors import ConfigError, ConfigProblem, did_you_mean
 
 ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 LLM_PROVIDERS = ("openai", "anthropic")
-#: How to install the driver module a datasource URL needs, where an extra of nl2sql-engine provides it.
-DRIVER_FIXES = {
-    "psycopg": 'pip install "nl2sql-engine[postgres]"',
-    "psycopg2": 'pip install psycopg2-binary, or write the URL as postgresql+psycopg://… and '
-                'pip install "nl2sql-engine[postgres]"',
-}
+#: A check of a configuration against something this package does not know, handed in by the caller:
+#: (the config, the file a section is in, the sections that validated) → the problems found.
+ConfigCheck = Callable[[Config, Callable[[str], str], set[str]], list[ConfigProblem]]
 
 
-def load_config(path: str | Path) -> Config:
-    """Read, expand and validate a configuration file; raise ConfigError listing every problem."""
+def load_config(path: str | Path, *, checks: Sequence[ConfigCheck] = ()) -> Config:
+    """Read, expand and validate a configuration file, run `checks` too; raise ConfigError listing every problem.
+
+    `nl2sql.project.load_project` is this with every check of the engine: what an application loads."""
     path = Path(path)
     label = str(path)
     raw = _read_yaml(path, label)
@@ -89,7 +88,7 @@ def load_config(path: str | Path) -> Config:
         later.extend(_problems_from_validation(exc, files, label))
         config, valid = _partial_config(data)
     config._path = path.resolve()
-    later.extend(check_config(config, files, sections=valid, raw=data))
+    later.extend(check_config(config, files, sections=valid, raw=data, checks=checks))
     problems.extend(p for p in later if not _repeats(p, covered))
     if problems or valid is not None:
         raise ConfigError(problems or [ConfigProblem(label, "", "the configuration is not valid")])
@@ -303,12 +302,15 @@ def check_config(
     *,
     sections: set[str] | None = None,
     raw: dict[str, Any] | None = None,
+    checks: Sequence[ConfigCheck] = (),
 ) -> list[ConfigProblem]:
-    """Checks that span sections or need more than a type: unique ids, URLs and their drivers, verified SQL,
-    roles and patterns that exist, model references, hook and observer options, the state folder.
+    """Checks that span sections or need more than a type: unique ids, roles and patterns that exist, model
+    references, the state folder, then each of `checks`.
 
     `sections` names the sections that are valid (all when None): checks needing another are skipped.
     `raw` is the expanded file content, so that policy patterns are checked even when a sibling is broken.
+    `checks` are the checks against what this package does not know (adapters, the SQL guard, prices, the hook
+    and observer registries): `nl2sql.project` hands them in.
     """
     files = files or {}
     label = str(config.path or "nl2sql.yaml")
@@ -330,15 +332,11 @@ def check_config(
     if ids is not None and isinstance(roles, dict):
         problems.extend(_check_patterns(roles, ids, file("policies")))
     if "llm" in valid:
-        problems.extend(_check_llm(config, file("llm"), prices_needed="settings" in valid and
-                                   config.settings.pipeline.max_cost_usd is not None))
-    if "hooks" in valid:
-        role_names = list(config.policies.roles) if "policies" in valid else None
-        problems.extend(_check_hooks(config, file("hooks"), role_names))
-    if "observers" in valid:
-        problems.extend(_check_observers(config, file("observers")))
+        problems.extend(_check_llm(config, file("llm")))
     if "storage" in valid:
         problems.extend(_check_state_dir(config, file("storage")))
+    for check in checks:
+        problems.extend(check(config, file, valid))
     return problems
 
 
@@ -361,59 +359,6 @@ def _check_datasources(config: Config, file: str) -> list[ConfigProblem]:
                                           f"duplicate datasource id '{ds.id}' (also datasources[{seen[ds.id]}])",
                                           "give each datasource its own id"))
         seen.setdefault(ds.id, index)
-        if ds.url is not None:
-            problems.extend(_check_url(ds.url.get_secret_value(), file, f"datasources[{index}].url"))
-        problems.extend(_check_verified_sql(ds, file, f"datasources[{index}]"))
-    return problems
-
-
-def _check_url(raw: str, file: str, where: str) -> list[ConfigProblem]:
-    """The URL parses (its port is a number) and its driver is installed. Never echoes the URL (it may hold a
-    password)."""
-    import sqlalchemy as sa
-
-    try:
-        url = sa.engine.make_url(raw)
-    except ValueError:
-        return [ConfigProblem(file, where, "the port is not a number",
-                              "write the port as digits after the host (e.g. host:5432), or leave it out")]
-    except sa.exc.ArgumentError:
-        return [ConfigProblem(file, where, "not a valid SQLAlchemy URL",
-                              "write it as DIALECT://USER:PASSWORD@HOST:PORT/DATABASE (see docs/configuration.md)")]
-    dialect, _, driver = url.drivername.partition("+")
-    if dialect == "postgresql" and not driver:  # the adapter's default driver
-        url, driver = url.set(drivername="postgresql+psycopg"), "psycopg"
-    if not driver:
-        return []
-    try:
-        dialect_class = url.get_dialect()
-    except sa.exc.NoSuchModuleError:
-        return [ConfigProblem(file, where, f"unknown driver '{driver}' for {dialect}",
-                              f"write the URL as {dialect}://… (the default driver) or name an installed driver")]
-    try:
-        dialect_class.import_dbapi()
-    except ImportError as exc:
-        module = exc.name or driver
-        fix = DRIVER_FIXES.get(module, f"pip install {module}")
-        return [ConfigProblem(file, where, f"the {dialect} driver '{driver}' is not installed (no module "
-                              f"named '{module}')", fix)]
-    return []
-
-
-def _check_verified_sql(ds: Any, file: str, where: str) -> list[ConfigProblem]:
-    """Each verified query's SQL passes the SQL guard (one read-only SELECT) for its datasource's dialect."""
-    if not ds.verified_queries:
-        return []
-    from nl2sql.datasources.guard import guard_sql
-    from nl2sql.errors import SQLRejected
-
-    problems = []
-    for index, query in enumerate(ds.verified_queries):
-        try:
-            guard_sql(query.sql, ds.dialect or "")
-        except SQLRejected as exc:
-            problems.append(ConfigProblem(file, f"{where}.verified_queries[{index}].sql", exc.message.rstrip("."),
-                                          exc.fix or "write one SELECT statement that only reads data"))
     return problems
 
 
@@ -422,12 +367,12 @@ def _check_roles(config: Config, file: str) -> list[ConfigProblem]:
     roles = list(policies.roles)
     problems = []
     if policies.default_role not in policies.roles:
-        problems.append(_unknown_role(file, "policies.default_role", policies.default_role, roles))
+        problems.append(unknown_role(file, "policies.default_role", policies.default_role, roles))
     # The default ['admin'] need not exist; roles the user listed must.
     explicit_admins = policies.admin_roles if "admin_roles" in policies.model_fields_set else []
     for index, role in enumerate(explicit_admins):
         if role not in policies.roles:
-            problems.append(_unknown_role(file, f"policies.admin_roles[{index}]", role, roles))
+            problems.append(unknown_role(file, f"policies.admin_roles[{index}]", role, roles))
     return problems
 
 
@@ -460,7 +405,7 @@ def _check_patterns(roles: dict[str, Any], ids: list[str], file: str) -> list[Co
     return problems
 
 
-def _check_llm(config: Config, file: str, *, prices_needed: bool) -> list[ConfigProblem]:
+def _check_llm(config: Config, file: str) -> list[ConfigProblem]:
     llm = config.llm
     problems = []
     model_names = list(llm.models)
@@ -476,65 +421,15 @@ def _check_llm(config: Config, file: str, *, prices_needed: bool) -> list[Config
             fix = f"did you mean '{guess}'?" if guess else f"use one of: {', '.join(LLM_PROVIDERS)}"
             problems.append(
                 ConfigProblem(file, f"llm.models.{name}.provider", f"unknown provider '{model.provider}'", fix))
-    if prices_needed:
-        from nl2sql.llm.prices import price_for
-
-        for name, model in llm.models.items():
-            if model.block is None and price_for(model.model, llm.prices) is None:
-                problems.append(ConfigProblem(
-                    file, f"llm.models.{name}.model",
-                    f"model '{model.model}' has no price, so settings.pipeline.max_cost_usd cannot be kept",
-                    f"add llm.prices.{model.model}: {{input: …, output: …}} (USD per 1M tokens), or unset "
-                    "settings.pipeline.max_cost_usd"))
     return problems
 
 
-def _check_hooks(config: Config, file: str, roles: list[str] | None) -> list[ConfigProblem]:
-    """Each hook exists, its options are valid for its type, it runs at points its type supports, and its
-    approver roles exist (when the policies are valid)."""
-    from nl2sql.hooks import hook_class, hook_names  # built-ins and plugins' entry points
-
-    known_hooks = tuple(hook_names())
-    problems: list[ConfigProblem] = []
-    names: dict[str, int] = {}
-    for index, hook in enumerate(config.hooks):
-        where = f"hooks[{index}]"
-        for r_index, role in enumerate(hook.approver_roles or []):
-            if roles is not None and role not in roles:
-                problems.append(_unknown_role(file, f"{where}.approver_roles[{r_index}]", role, roles))
-        cls = _checked_plugin(file, where, "hook", hook.use, hook.options, known_hooks, hook_class, problems)
-        if cls is None:
-            continue
-        supported = getattr(cls, "points", None)
-        if hook.points and supported and not set(hook.points) <= set(supported):
-            problems.append(ConfigProblem(file, f"{where}.points", f"{hook.use} runs only at "
-                                          f"{', '.join(sorted(supported))}", "remove the other points"))
-        name = hook.name or hook.use
-        if name in names:
-            problems.append(ConfigProblem(file, f"{where}.name", f"a second hook named {name!r} (also "
-                                          f"hooks[{names[name]}])", "give each hook of the same type its own name"))
-        names.setdefault(name, index)
-    return problems
-
-
-def _check_observers(config: Config, file: str) -> list[ConfigProblem]:
-    """Each observer exists and its options are valid for its type."""
-    from nl2sql.observers import observer_class, observer_names  # built-ins and plugins' entry points
-
-    known = tuple(observer_names())
-    problems: list[ConfigProblem] = []
-    for index, observer in enumerate(config.observers):
-        _checked_plugin(file, f"observers[{index}]", "observer", observer.use, observer.options, known,
-                        observer_class, problems)
-    return problems
-
-
-def _checked_plugin(file: str, where: str, kind: str, use: str, options: Any, known: Sequence[str],
+def checked_plugin(file: str, where: str, kind: str, use: str, options: Any, known: Sequence[str],
                     load: Callable[[str], Any], problems: list[ConfigProblem]) -> Any | None:
-    """The class of a hook or observer named `use`, its options validated (problems appended; None when it
-    cannot be loaded)."""
+    """The class of a plugin (a hook, an observer) named `use` from its registry (`known`, `load`), its options
+    validated; problems appended, None when it cannot be loaded."""
     if use not in known:
-        problems.append(_unknown_plugin(file, f"{where}.use", kind, use, known))
+        problems.append(unknown_plugin(file, f"{where}.use", kind, use, known))
         return None
     try:
         cls = load(use)
@@ -595,13 +490,13 @@ def _check_state_dir(config: Config, file: str) -> list[ConfigProblem]:
     return []
 
 
-def _unknown_role(file: str, where: str, role: str, roles: list[str]) -> ConfigProblem:
+def unknown_role(file: str, where: str, role: str, roles: list[str]) -> ConfigProblem:
     guess = did_you_mean(role, roles)
     fix = f"did you mean '{guess}'?" if guess else f"define it under policies.roles (roles: {', '.join(roles)})"
     return ConfigProblem(file, where, f"unknown role '{role}'", fix)
 
 
-def _unknown_plugin(file: str, where: str, kind: str, name: str, known: tuple[str, ...]) -> ConfigProblem:
+def unknown_plugin(file: str, where: str, kind: str, name: str, known: tuple[str, ...]) -> ConfigProblem:
     guess = did_you_mean(name, known)
     fix = f"did you mean '{guess}'?" if guess else f"built-in {kind}s: {', '.join(known)}"
     return ConfigProblem(file, where, f"unknown {kind} '{name}'", fix)

@@ -18,6 +18,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from nl2sql.adapters import adapter_names
 from nl2sql.errors import did_you_mean
 
 #: The dialects an adapter exists for (the registry may add more through entry points).
@@ -129,9 +130,10 @@ class DatasourceConfig(Strict):
                 "'postgresql+psycopg://user@host/db'",
             )
         dialect = match.group(1).lower()
-        if dialect not in known_dialects():
-            guess = did_you_mean(dialect, known_dialects())
-            fix = f"did you mean '{guess}'?" if guess else f"use one of: {', '.join(known_dialects())}"
+        known = adapter_names()
+        if dialect not in known:
+            guess = did_you_mean(dialect, known)
+            fix = f"did you mean '{guess}'?" if guess else f"use one of: {', '.join(known)}"
             raise config_error(f"unknown dialect '{dialect}'", fix)
         return value
 
@@ -150,13 +152,6 @@ class DatasourceConfig(Strict):
         if self.url is None:
             return None
         return re.split(r"[+:]", self.url.get_secret_value(), maxsplit=1)[0].lower()
-
-
-def known_dialects() -> tuple[str, ...]:
-    """Dialects with an adapter: the built-ins and any registered by plugins."""
-    from nl2sql.datasources.registry import adapter_names
-
-    return tuple(adapter_names())
 
 
 # --- policies ----------------------------------------------------------------------------------

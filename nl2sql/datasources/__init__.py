@@ -1,5 +1,6 @@
 """Datasource adapters over SQLAlchemy: reflect, profile, and execute one guarded statement read-only."""
 
+from nl2sql.adapters import adapter_class, adapter_names, register_adapter
 from nl2sql.datasources.base import Adapter
 from nl2sql.datasources.checked import check_sql_scope, run_checked_sql
 from nl2sql.datasources.connect import DatasourceCatalog, datasource_url, open_adapter
@@ -13,7 +14,6 @@ from nl2sql.datasources.models import (
     SchemaSnapshot,
     TableInfo,
 )
-from nl2sql.datasources.registry import adapter_class, adapter_names, register_adapter
 
 __all__ = [
     "Adapter",

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from nl2sql.adapters import adapter_class
 from nl2sql.config.models import Config, DatasourceConfig, ResourceSettings
 from nl2sql.datasources.base import Adapter
-from nl2sql.datasources.registry import adapter_class
 from nl2sql.errors import DatasourceError
 
 #: Turns a block name into the SQLAlchemy URL it holds (the Prefect block loader, in practice).

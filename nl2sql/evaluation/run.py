@@ -224,7 +224,7 @@ class EvalSession:
         started = time.perf_counter()
         retrieval: dict[str, Any] = {}
         if job.case.kind == "answer":
-            schema = index.schema(job.case.question, [job.role], job.case.datasource)
+            schema = index.retrieve_schema(job.case.question, [job.role], job.case.datasource)
             retrieval["tables_sent"] = schema.table_names()
             retrieval["columns_sent"] = [f"{t.name}.{c.name}" for t in schema.tables for c in t.columns]
         routing = index.route(job.case.question, [job.role])

@@ -31,7 +31,7 @@ from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settin
 from pydantic import Field, SecretStr, ValidationError
 
 from nl2sql.blocks import load_datasource_url, load_llm_block
-from nl2sql.config import config_path, load_config
+from nl2sql.config import config_path
 from nl2sql.errors import EngineFault, NL2SQLError
 from nl2sql.events import Event
 from nl2sql.events.prefect_events import forward_to_prefect
@@ -44,6 +44,7 @@ from nl2sql.pipeline.run import drive, fail_run, finish_run, start_run
 from nl2sql.pipeline.runtime import RunContext, Runtime
 from nl2sql.pipeline.state import RunState, pin_state, restore_state
 from nl2sql.policies.users import acting_role
+from nl2sql.project import load_project
 from nl2sql.tasks.ask import call_step_task
 
 #: Process-local listeners of every question's events (the CLI's live display).
@@ -62,7 +63,7 @@ def runtime_for(config: str | None) -> Runtime:
         if key not in _runtimes:
             for old in [k for k in _runtimes if k[0] == key[0]]:
                 _runtimes.pop(old).close()
-            runtime = Runtime(load_config(path), block_loader=load_datasource_url, llm_block_loader=load_llm_block,
+            runtime = Runtime(load_project(path), block_loader=load_datasource_url, llm_block_loader=load_llm_block,
                               forward=forward_to_prefect)
             runtime.listeners = ASK_LISTENERS
             _runtimes[key] = runtime
@@ -169,7 +170,7 @@ def wait_for_answer(ctx: RunContext, state: RunState, request: ApprovalRequest) 
     read, deleted from the API and checked (`check_approver`); one that does not count is logged and the run
     pauses again under the next key."""
     settings = ctx.config.settings.approvals
-    store, trace_id = ctx.runtime.store, ctx.scope.trace_id
+    store, trace_id = ctx.runtime.store, ctx.trace.trace_id
     approver_roles = list(ctx.runtime.hooks.binding(request.hook).approver_roles)
     form = ApprovalInput.with_initial_data(description=request.markdown(), request_id=request.id,
                                            sql_sha256=request.sql_sha256)
@@ -218,7 +219,7 @@ def wait_for_approvers(ctx: RunContext, state: RunState, requests: list[Approval
     hash of each one that counted."""
     answers: dict[str, ApprovalAnswer | None] = {}
     for request in requests:
-        ctx.runtime.store.save_approval(ctx.scope.trace_id, request.id, request.model_dump())
+        ctx.runtime.store.save_approval(ctx.trace.trace_id, request.id, request.model_dump())
         answers[request.id] = wait_for_answer(ctx, state, request)
     return answers
 
@@ -238,7 +239,7 @@ def ask(question: str, role: str | None = None, user_id: str | None = None, data
     if pinned is not None:  # resumed after a suspension: the decisions made before it stand
         restore_state(state, pinned)
     try:
-        with ctx.scope.entered():
+        with ctx.trace.entered():
             drive(ctx, state, call_step_task, run_parallel, approve=wait_for_approvers)
             result = finish_run(ctx, state)
     except Pause:  # suspended for an approver: the run goes on in a later process, from its pinned state

@@ -10,10 +10,11 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.runtime import flow_run
 
 from nl2sql.blocks import load_datasource_url
-from nl2sql.config import config_path, load_config
+from nl2sql.config import config_path
 from nl2sql.evaluation.report import EvalReport
 from nl2sql.evaluation.run import CaseRecord, EvalJob, EvalSession, evaluate, load_llm
 from nl2sql.events.prefect_logs import guard_prefect_logs
+from nl2sql.project import load_project
 from nl2sql.tasks import step_task
 
 
@@ -60,7 +61,7 @@ def eval_run(mode: str, suite: str, config: str | None = None, roles: list[str] 
              ids: list[str] | None = None, tags: list[str] | None = None) -> dict[str, Any]:
     """Run an eval suite in a mode (plans, retrieval, full) and report it."""
     guard_prefect_logs()
-    cfg = load_config(config_path(config))
+    cfg = load_project(config_path(config))
     configs = dict(load_llm(spec) for spec in llm) if llm else None
     report = evaluate(mode, cfg, suite, roles=roles, llm=configs, passes=passes,  # type: ignore[arg-type]
                       max_cost_usd=max_cost_usd, ids=ids, tags=tags, run_job=run_as_task,

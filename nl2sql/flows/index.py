@@ -12,7 +12,7 @@ from prefect.artifacts import create_markdown_artifact, create_progress_artifact
 from prefect.runtime import flow_run
 
 from nl2sql.blocks import load_datasource_url
-from nl2sql.config import Config, config_path, load_config
+from nl2sql.config import Config, config_path
 from nl2sql.datasources import DatasourceCatalog
 from nl2sql.errors import DatasourceError, IndexBuildFailed, NL2SQLError
 from nl2sql.events import EventBus
@@ -21,7 +21,8 @@ from nl2sql.events.prefect_logs import guard_prefect_logs
 from nl2sql.index.build import BuildResult
 from nl2sql.index.embed import shared_embedder
 from nl2sql.index.store import StateStore
-from nl2sql.tasks import index as steps
+from nl2sql.project import load_project
+from nl2sql.tasks import index as index_tasks
 from nl2sql.verified.match import index_entries_of
 
 #: Process-local listeners of build progress (the CLI's progress bar): (datasource, stage, done, total).
@@ -82,7 +83,7 @@ def build_one(config: Config, catalog: DatasourceCatalog, store: StateStore, dat
     started = time.perf_counter()
     try:
         adapter = catalog.get(datasource_id)
-        plan = steps.reflect(adapter, store, full=full)
+        plan = index_tasks.reflect(adapter, store, full=full)
     except NL2SQLError as exc:
         bus.publish("datasource.failed", datasource_id=datasource_id, message=exc.message, fix=exc.fix)
         bus.publish("index.failed", datasource_id=datasource_id, message=str(exc))
@@ -94,19 +95,19 @@ def build_one(config: Config, catalog: DatasourceCatalog, store: StateStore, dat
             bus.publish("index.column_failed", datasource_id=datasource_id, table=table, column=column, stage=stage,
                         message=message)
 
-        profiles = steps.profile(adapter, plan, config.settings.profile, report, column_failed)
+        profiles = index_tasks.profile(adapter, plan, config.settings.profile, report, column_failed)
         seconds["profile"] = time.perf_counter() - mark
         mark = time.perf_counter()
-        entries = steps.entries(plan, profiles, sample_questions=ds.sample_questions, verified=index_entries_of(ds),
+        entries = index_tasks.entries(plan, profiles, sample_questions=ds.sample_questions, verified=index_entries_of(ds),
                                  description=ds.description)
         seconds["entries"] = time.perf_counter() - mark
         build_id = store.begin_build(datasource_id, embedder.model_id)  # invisible until it commits
         try:
             mark = time.perf_counter()
-            vectors, embedded, cached = steps.embed(entries, embedder, store, report)
+            vectors, embedded, cached = index_tasks.embed(entries, embedder, store, report)
             seconds["embed"] = time.perf_counter() - mark
             mark = time.perf_counter()
-            replaced, kind, recall = steps.commit(store, build_id, plan, entries, vectors, keep=config.storage.keep_builds)
+            replaced, kind, recall = index_tasks.commit(store, build_id, plan, entries, vectors, keep=config.storage.keep_builds)
             seconds["commit"] = time.perf_counter() - mark
         except BaseException as exc:
             store.fail_build(build_id, f"{type(exc).__name__}: {exc}")
@@ -147,7 +148,7 @@ def index_build(datasource_ids: list[str] | None = None, config: str | None = No
     """Build (or incrementally rebuild) the index of each datasource; the previous build serves until commit."""
     guard_prefect_logs()
     logger = get_run_logger()
-    cfg = load_config(config_path(config))
+    cfg = load_project(config_path(config))
     ids = datasource_ids or [d.id for d in cfg.datasources]
     for ds in ids:
         cfg.datasource(ds)

@@ -18,11 +18,12 @@ import numpy as np
 from nl2sql.config.models import ProfileSettings
 from nl2sql.datasources.base import Adapter
 from nl2sql.datasources.models import ColumnProfile, SchemaSnapshot
-from nl2sql.index.chunks import ENTRY_FORMAT, Entry, VerifiedQuery, build_entries, qualified
+from nl2sql.index.chunks import ENTRY_FORMAT, Entry, build_entries, qualified
 from nl2sql.index.embed import Embedder
 from nl2sql.index.store import StateStore
 from nl2sql.index.vectors import build_index, recall_at_k, write_index
 from nl2sql.schema.snapshot import SchemaDiff, diff_snapshots, fingerprint, table_fingerprints
+from nl2sql.verified.models import VerifiedQuery
 
 #: (stage, done, total): how far a build has got, for progress bars and artifacts.
 Progress = Callable[[str, int, int], None]

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from nl2sql.datasources.models import ColumnProfile, SchemaSnapshot, TableInfo
 from nl2sql.plan.join_keys import category, dtype_of
+from nl2sql.verified.models import VerifiedQuery
 
 EntryKind = Literal["table", "column", "relationship", "example", "verified", "description"]
 ENTRY_KINDS: tuple[EntryKind, ...] = ("table", "column", "relationship", "example", "verified", "description")
@@ -45,16 +46,6 @@ class Entry(BaseModel):
     def text_hash(self) -> str:
         """The key of the embedding cache: same text, same vector."""
         return hashlib.sha256(self.text.encode()).hexdigest()
-
-
-class VerifiedQuery(BaseModel):
-    """A question with reviewed SQL (and named, typed parameters) that answers it."""
-
-    question: str
-    sql: str
-    datasource: str
-    parameters: dict[str, str] = Field(default_factory=dict)
-    tables: list[str] = Field(default_factory=list)
 
 
 # where a description's clauses end: a colon, a semicolon or a full stop before the next word

@@ -22,7 +22,7 @@ class Retrieval:
     """Routing across the caller's datasources, and the schema the planner would see for the best one."""
 
     routing: Routing
-    schema: RetrievedSchema | None
+    retrieved: RetrievedSchema | None
 
 
 class IndexService:
@@ -49,7 +49,7 @@ class IndexService:
                      vote_k=settings.vote_k, rrf_k=settings.rrf_k, floor_ratio=settings.floor_ratio,
                      limit=settings.shortlist, strategy=settings.strategy)
 
-    def schema(self, question: str, roles: Sequence[str] | str | None, datasource_id: str) -> RetrievedSchema:
+    def retrieve_schema(self, question: str, roles: Sequence[str] | str | None, datasource_id: str) -> RetrievedSchema:
         """The tables and columns of one datasource the planner should see for this caller and question."""
         caller = scope(self.config.policies, roles, datasource_id)
         if not caller.reachable:
@@ -64,7 +64,7 @@ class IndexService:
         """Routing (among the given datasources, default all), then the schema of the chosen (or given) one."""
         routing = self.route(question, roles, [datasource_id] if datasource_id else among)
         target = datasource_id or (routing.picks[0] if routing.picks else None)
-        return Retrieval(routing, self.schema(question, roles, target) if target else None)
+        return Retrieval(routing, self.retrieve_schema(question, roles, target) if target else None)
 
 
 def build_configured(config: Config, store: StateStore, embedder: Embedder | None = None) -> list[BuildResult]:

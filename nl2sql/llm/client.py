@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from functools import cache
 from importlib.metadata import entry_points
 from typing import Any, TypeVar
 
@@ -22,9 +21,9 @@ from nl2sql.config.models import LLM_NODES, LLMConfig, ModelConfig
 from nl2sql.config.reading import loads_json
 from nl2sql.errors import NL2SQLError, UnknownNameError
 from nl2sql.llm.budget import Budget
+from nl2sql.llm.json_schema import strict_json_schema
 from nl2sql.llm.models import CallRecord, LLMError, LLMParseError, LLMResponse, Message, Usage
 from nl2sql.llm.prices import call_cost, price_for
-from nl2sql.llm.schema import strict_json_schema
 from nl2sql.llm.wires import BACKOFF_S, AnthropicWire, ChatRequest, OnDelta, OpenAIWire, Wire
 
 T = TypeVar("T", bound=BaseModel)
@@ -52,18 +51,6 @@ def provider_class(name: str) -> type[Wire]:
     if name not in PROVIDERS:
         raise UnknownNameError("LLM provider", name, PROVIDERS)
     return PROVIDERS[name]
-
-
-@cache
-def schema_for(model: type[BaseModel]) -> dict:
-    """The strict JSON schema of a structured-output model (PlanModel's, with its unions written once)."""
-    from nl2sql.plan.model import PlanModel
-
-    if model is PlanModel:
-        from nl2sql.plan.schema import plan_json_schema
-
-        return plan_json_schema()
-    return strict_json_schema(model)
 
 
 def validation_lines(exc: ValidationError | json.JSONDecodeError) -> list[str]:
@@ -167,7 +154,7 @@ class LLMClient:
                    schema_name: str | None = None) -> T:
         """Ask for an answer that validates as `output`; on a bad answer, retry with its errors (not the answer)."""
         name = schema_name or output.__name__
-        request = ChatRequest(node=node, messages=list(messages), schema=schema_for(output), schema_name=name)
+        request = ChatRequest(node=node, messages=list(messages), json_schema=strict_json_schema(output), schema_name=name)
         for attempt in range(max_parse_retries + 1):
             response = self._call(node, request)
             try:
@@ -185,7 +172,7 @@ class LLMClient:
             feedback = Message("user", "Your answer did not match the required schema:\n"
                                + "\n".join(f"- {line}" for line in errors)
                                + "\nAnswer again with JSON that matches the schema exactly.")
-            request = ChatRequest(node=node, messages=[*messages, feedback], schema=request.schema, schema_name=name)
+            request = ChatRequest(node=node, messages=[*messages, feedback], json_schema=request.json_schema, schema_name=name)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def text(self, node: str, messages: list[Message], *, on_delta: OnDelta | None = None) -> str:

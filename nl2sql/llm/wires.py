@@ -48,7 +48,7 @@ class ChatRequest:
 
     node: str
     messages: list[Message]
-    schema: dict | None = None
+    json_schema: dict | None = None
     schema_name: str | None = None
 
 
@@ -122,7 +122,7 @@ class Wire:
                     node=request.node) from exc
         return LLMResponse(text=text, usage=usage, model=self.config.model, provider=self.provider,
                            latency_ms=(time.perf_counter() - started) * 1000,
-                           structured_mode=self.mode if request.schema else None, raw=raw)
+                           structured_mode=self.mode if request.json_schema else None, raw=raw)
 
     @contextmanager
     def _send(self, node: str, body: dict[str, Any], *, stream: bool) -> Iterator[httpx.Response]:
@@ -235,15 +235,15 @@ class OpenAIWire(Wire):
         if stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
-        if request.schema is not None:
+        if request.json_schema is not None:
             name = request.schema_name or "answer"
             if self.mode == "json_schema":
                 body["response_format"] = {"type": "json_schema",
-                                           "json_schema": {"name": name, "schema": request.schema, "strict": True}}
+                                           "json_schema": {"name": name, "schema": request.json_schema, "strict": True}}
             elif self.mode == "json_object":
-                body["response_format"] = {"type": "json_object", "schema": {**request.schema, "title": name}}
+                body["response_format"] = {"type": "json_object", "schema": {**request.json_schema, "title": name}}
             else:
-                body["tools"] = [{"type": "function", "function": {"name": name, "parameters": request.schema,
+                body["tools"] = [{"type": "function", "function": {"name": name, "parameters": request.json_schema,
                                                                    "strict": True}}]
                 body["tool_choice"] = {"type": "function", "function": {"name": name}}
         return body
@@ -326,9 +326,9 @@ class AnthropicWire(Wire):
             body["temperature"] = self.config.temperature
         if stream:
             body["stream"] = True
-        if request.schema is not None:
+        if request.json_schema is not None:
             name = request.schema_name or "answer"
-            body["tools"] = [{"name": name, "description": f"Answer with a {name}.", "input_schema": request.schema}]
+            body["tools"] = [{"name": name, "description": f"Answer with a {name}.", "input_schema": request.json_schema}]
             body["tool_choice"] = {"type": "tool", "name": name}
         return body
 

@@ -4,7 +4,7 @@ from nl2sql.pipeline.declaration import ASK, Pipeline, Step
 from nl2sql.pipeline.inline import ask_inline
 from nl2sql.pipeline.result import QueryResult, RunError, RunWarning, SubQueryResult
 from nl2sql.pipeline.runtime import Runtime
-from nl2sql.pipeline.scope import RunScope
+from nl2sql.pipeline.trace import RunTrace
 
-__all__ = ["ASK", "Pipeline", "QueryResult", "RunError", "RunScope", "RunWarning", "Runtime", "Step",
+__all__ = ["ASK", "Pipeline", "QueryResult", "RunError", "RunTrace", "RunWarning", "Runtime", "Step",
            "SubQueryResult", "ask_inline"]

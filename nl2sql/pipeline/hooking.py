@@ -22,7 +22,7 @@ def tables_of(sq: SubQuery) -> list[str]:
 
 
 def _fields(ctx: RunContext, state: RunState, point: str, sq: SubQuery | None) -> dict[str, Any]:
-    fields: dict[str, Any] = {"trace_id": ctx.scope.trace_id, "question": state.question, "user_id": state.user_id,
+    fields: dict[str, Any] = {"trace_id": ctx.trace.trace_id, "question": state.question, "user_id": state.user_id,
                               "roles": state.roles, "datasource_id": state.datasource_id}
     if point != "run.before":
         fields["datasource_ids"] = state.datasource_ids
@@ -50,7 +50,7 @@ def run_hook_point(ctx: RunContext, state: RunState, point: str, sq: SubQuery | 
         return
 
     def on_decision(hook: str, at: str, decision: str, reason: str | None, sub_id: str | None) -> None:
-        ctx.scope.publish("hook.decision", hook=hook, point=at, decision=decision, reason=reason, sub_query_id=sub_id)
+        ctx.trace.publish("hook.decision", hook=hook, point=at, decision=decision, reason=reason, sub_query_id=sub_id)
 
     def approved(hook: str, decision: NeedsApproval) -> bool:
         return sq is not None and _request(ctx, state, sq, hook, decision).id in state.approved
@@ -83,7 +83,7 @@ def run_hook_point(ctx: RunContext, state: RunState, point: str, sq: SubQuery | 
             state.end("error", error)
     elif isinstance(stop, NeedsApproval) and sq is not None and verdict.hook is not None:
         sq.approval = _request(ctx, state, sq, verdict.hook, stop)
-        ctx.scope.publish("approval.requested", request_id=sq.approval.id, hook=verdict.hook,
+        ctx.trace.publish("approval.requested", request_id=sq.approval.id, hook=verdict.hook,
                           datasource_id=sq.datasource_id, reason=stop.reason, sql_sha256=sq.approval.sql_sha256,
                           approver_roles=sq.approval.approver_roles, asker=state.user_id)
 

@@ -28,7 +28,7 @@ def ask_inline(runtime: Runtime, question: str, *, roles: Sequence[str] = (), us
     ctx, state = start_run(runtime, question, roles=roles, user_id=user_id, datasource_id=datasource_id,
                            execute=execute, trace_id=trace_id)
     try:
-        with ctx.scope.entered():
+        with ctx.trace.entered():
             drive(ctx, state, invoke_step, run_parallel)
             return finish_run(ctx, state)
     except BaseException as exc:

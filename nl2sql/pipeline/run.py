@@ -44,7 +44,7 @@ def _error(exc: NL2SQLError, step: Step, sq: SubQuery | None) -> RunError:
 def _stop(ctx: RunContext, state: RunState, stop: LimitReached) -> None:
     if state.limit is None:
         state.limit = {"limit": stop.limit, "setting": stop.setting, "message": stop.message}
-        ctx.scope.publish("run.limit_reached", limit=stop.limit, setting=stop.setting, message=stop.message)
+        ctx.trace.publish("run.limit_reached", limit=stop.limit, setting=stop.setting, message=stop.message)
     state.end("stopped", RunError(code=stop.code, message=stop.message, node="limits"))
 
 
@@ -54,13 +54,13 @@ def invoke_step(step: Step, ctx: RunContext, state: RunState, sq: SubQuery | Non
         run_hook_point(ctx, state, step.name, sq)
         return
     sub_id = sq.id if sq else None
-    ctx.scope.publish("node.started", node=step.name, sub_query_id=sub_id)
+    ctx.trace.publish("node.started", node=step.name, sub_query_id=sub_id)
     started = time.perf_counter()
     error: RunError | None = None
     try:
-        remaining = ctx.scope.remaining_s()
+        remaining = ctx.trace.remaining_s()
         if remaining is not None and remaining <= 0:
-            raise timeout_stop(ctx.scope.timeout_s or 0)
+            raise timeout_stop(ctx.trace.timeout_s or 0)
         step.fn(ctx, state, sq) if step.per_sub_query else step.fn(ctx, state)  # type: ignore[misc]
     except LimitReached as exc:
         error = RunError(code=exc.code, message=exc.message, node=step.name, sub_query_id=sub_id)
@@ -69,7 +69,7 @@ def invoke_step(step: Step, ctx: RunContext, state: RunState, sq: SubQuery | Non
         error = _error(exc, step, sq)
         if isinstance(exc, SecurityViolation):
             if step.name != "resolver":  # the resolver published its own decision
-                ctx.scope.publish("policy.decision", decision="deny", step=step.name,
+                ctx.trace.publish("policy.decision", decision="deny", step=step.name,
                                   datasource_id=sq.datasource_id if sq else None, roles=state.roles,
                                   rule="a table outside the caller's roles")
             if sq is not None:  # nothing of a refused plan is kept: it may name what the caller may not see
@@ -85,7 +85,7 @@ def invoke_step(step: Step, ctx: RunContext, state: RunState, sq: SubQuery | Non
         elapsed = (time.perf_counter() - started) * 1000
         timings = sq.timings_ms if sq else state.timings_ms
         timings[step.name] = round(timings.get(step.name, 0.0) + elapsed, 2)
-        ctx.scope.publish("node.finished", node=step.name, sub_query_id=sub_id, ok=error is None,
+        ctx.trace.publish("node.finished", node=step.name, sub_query_id=sub_id, ok=error is None,
                           error_code=error.code if error else None, duration_ms=round(elapsed, 2))
 
 
@@ -109,7 +109,7 @@ def run_sub_query(pipeline: Pipeline, ctx: RunContext, state: RunState, sq: SubQ
             i += 1
             continue
         if (sq.error.code in pipeline.refinable and sq.verified is None and sq.attempts < max_retries
-                and sq.schema is not None and ctx.llm.configured("refiner")):
+                and sq.retrieved is not None and ctx.llm.configured("refiner")):
             sq.attempts += 1
             call(pipeline.refiner, ctx, state, sq)
             if sq.error is None:
@@ -133,17 +133,17 @@ def settle_approvals(pipeline: Pipeline, ctx: RunContext, state: RunState, call:
         answer = answers.get(request.id)
         if answer is None:
             state.pending.append(request)
-            ctx.scope.publish("approval.resolved", request_id=request.id, outcome="timed_out")
+            ctx.trace.publish("approval.resolved", request_id=request.id, outcome="timed_out")
             continue
         problem = approval_problem(request, answer, list(ctx.runtime.hooks.binding(request.hook).approver_roles))
         if problem is None and answer.approve:
             state.approved.add(request.id)
-            ctx.scope.publish("approval.resolved", request_id=request.id, outcome="approved", approver=answer.approver,
+            ctx.trace.publish("approval.resolved", request_id=request.id, outcome="approved", approver=answer.approver,
                               role=answer.role, reason=answer.comment or None)
             go_on.append(sq)
             continue
         reason = problem or (f"denied by {answer.approver}" + (f": {answer.comment}" if answer.comment else ""))
-        ctx.scope.publish("approval.resolved", request_id=request.id, outcome="denied", approver=answer.approver,
+        ctx.trace.publish("approval.resolved", request_id=request.id, outcome="denied", approver=answer.approver,
                           role=answer.role, reason=reason)
         state.end("error", RunError(code="HOOK_DENIED", message=f"The statement was not approved: {reason}.",
                                     node="execute.before", sub_query_id=sq.id))
@@ -193,15 +193,15 @@ def check_roles(runtime: Runtime, roles: Sequence[str]) -> list[str]:
 def start_run(runtime: Runtime, question: str, *, roles: Sequence[str], user_id: str | None = None,
               datasource_id: str | None = None, execute: bool = True,
               trace_id: str | None = None) -> tuple[RunContext, RunState]:
-    """Open the run's scope and model client, and publish run.started."""
+    """Open the run's trace and model client, and publish run.started."""
     roles = check_roles(runtime, roles)
     if datasource_id is not None:
         runtime.config.datasource(datasource_id)
-    scope = runtime.open_scope(trace_id)
-    ctx = RunContext(runtime, scope, runtime.llm_client(scope))
+    trace = runtime.open_trace(trace_id)
+    ctx = RunContext(runtime, trace, runtime.llm_client(trace))
     state = RunState(question=question, roles=list(roles), user_id=user_id, datasource_id=datasource_id,
                      execute=execute)
-    scope.publish("run.started", question=question, user_id=user_id, roles=list(roles), datasource_id=datasource_id,
+    trace.publish("run.started", question=question, user_id=user_id, roles=list(roles), datasource_id=datasource_id,
                   execute=execute)
     return ctx, state
 
@@ -230,18 +230,18 @@ def build_result(ctx: RunContext, state: RunState) -> QueryResult:
     if status == "needs_approval" and state.pending:
         first = state.pending[0]
         text = (f"This question waits for an approver ({', '.join(first.approver_roles)}): its SQL {first.reason}. "
-                f"Approve it with `nl2sql approve {ctx.scope.trace_id} --user USER --role ROLE`.")
+                f"Approve it with `nl2sql approve {ctx.trace.trace_id} --user USER --role ROLE`.")
         answer = Answer(summary="Waiting for approval.", content=text)
     elif status in ("error", "stopped") and state.errors:
         first = state.errors[0]
         text = first.message + (f" {first.fix}" if first.fix else "")
         answer = Answer(summary=first.message, content=text)
     usage = ctx.llm.usage()
-    return QueryResult(trace_id=ctx.scope.trace_id, question=state.question, status=status, answer=answer,
+    return QueryResult(trace_id=ctx.trace.trace_id, question=state.question, status=status, answer=answer,
                        sub_queries=subs, combined=combined, warnings=state.warnings, errors=state.errors,
                        approvals=state.pending,
                        usage=usage.model_dump(), cost_usd=ctx.llm.cost_usd(), llm_calls=len(ctx.llm.records),
-                       duration_ms=round(ctx.scope.elapsed_ms(), 2))
+                       duration_ms=round(ctx.trace.elapsed_ms(), 2))
 
 
 def trace_document(ctx: RunContext, state: RunState, result: QueryResult) -> dict[str, Any]:
@@ -253,8 +253,8 @@ def trace_document(ctx: RunContext, state: RunState, result: QueryResult) -> dic
             "verified": None if sq.verified is None else {"question": sq.verified.question,
                                                           "similarity": sq.verified.similarity,
                                                           "parameters": sq.verified.parameters},
-            "retrieval": None if sq.schema is None or (out.error and out.error.code == "SECURITY_VIOLATION") else {
-                "tables": sq.schema.table_names(), "columns_sent": sq.schema.column_count},
+            "retrieval": None if sq.retrieved is None or (out.error and out.error.code == "SECURITY_VIOLATION") else {
+                "tables": sq.retrieved.table_names(), "columns_sent": sq.retrieved.column_count},
             "sql": out.sql, "columns": out.columns, "total_rows": out.total_rows, "truncated": out.truncated,
             "attempts": sq.attempts, "error": out.error.model_dump() if out.error else None,
             "timings_ms": sq.timings_ms, "prompt_chars": sq.prompt_chars})
@@ -263,13 +263,13 @@ def trace_document(ctx: RunContext, state: RunState, result: QueryResult) -> dic
         "status": result.status, "routing": state.routing, "answerability": state.answerability,
         "datasource_ids": state.datasource_ids, "sub_queries": subs,
         "combine": state.combine.model_dump() if state.combine else None,
-        "steps": [e.data for e in ctx.scope.events if e.name == "node.finished"],
+        "steps": [e.data for e in ctx.trace.events if e.name == "node.finished"],
         "llm_calls": [{"node": r.node, "model": r.model, "prompt_chars": r.prompt_chars, "ok": r.ok,
                        "input_tokens": r.usage.input_tokens, "output_tokens": r.usage.output_tokens,
                        "cost_usd": r.cost_usd, "latency_ms": round(r.latency_ms, 1)} for r in ctx.llm.records],
         "prompt_chars": state.prompt_chars, "timings_ms": state.timings_ms,
         "warnings": [w.model_dump() for w in result.warnings], "errors": [e.model_dump() for e in result.errors],
-        "events": [e.name for e in ctx.scope.events if e.name != "answer.delta"],
+        "events": [e.name for e in ctx.trace.events if e.name != "answer.delta"],
         "usage": result.usage, "cost_usd": result.cost_usd, "duration_ms": result.duration_ms,
     }
 
@@ -279,7 +279,7 @@ def finish_run(ctx: RunContext, state: RunState) -> QueryResult:
     result = build_result(ctx, state)
     ctx.runtime.store.save_trace(result.trace_id, state.question, result.status, trace_document(ctx, state, result))
     tables = sorted({f"{sq.datasource_id}.{t}" for sq in state.sub_queries for t in sq.tables})
-    ctx.scope.publish("run.finished", status=result.status, error_codes=[e.code for e in result.errors],
+    ctx.trace.publish("run.finished", status=result.status, error_codes=[e.code for e in result.errors],
                       warning_codes=[w.code for w in result.warnings],
                       datasources=sorted({sq.datasource_id for sq in state.sub_queries}), tables=tables,
                       llm_calls=result.llm_calls, cost_usd=result.cost_usd, duration_ms=result.duration_ms)
@@ -290,6 +290,6 @@ def finish_run(ctx: RunContext, state: RunState) -> QueryResult:
 def fail_run(ctx: RunContext, state: RunState, exc: BaseException) -> None:
     """Publish run.failed for a run that ended by an engine fault (or an interrupt)."""
     code = exc.code if isinstance(exc, NL2SQLError) else type(exc).__name__
-    ctx.scope.publish("run.failed", message=str(exc)[:500] or type(exc).__name__, code=code, user_id=state.user_id,
+    ctx.trace.publish("run.failed", message=str(exc)[:500] or type(exc).__name__, code=code, user_id=state.user_id,
                       roles=state.roles)
     ctx.llm.close()

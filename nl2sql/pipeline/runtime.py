@@ -1,7 +1,7 @@
 """What a question's run needs, built once from the configuration and shared by runs, and per run.
 
 `Runtime` holds the configuration, the state store, the index service, the datasource
-connections, the observers and the hook runner; `RunContext` is one run's: its scope (trace id,
+connections, the observers and the hook runner; `RunContext` is one run's: its trace (trace id,
 events, clock) and its model client (budget and usage).
 """
 
@@ -23,7 +23,7 @@ from nl2sql.llm.budget import Budget
 from nl2sql.llm.client import LLMBlockLoader, LLMClient
 from nl2sql.llm.models import CallRecord, LimitReached
 from nl2sql.observers import Observer, build_observers, subscribe_observers
-from nl2sql.pipeline.scope import RunScope
+from nl2sql.pipeline.trace import RunTrace
 from nl2sql.policies import Scope
 from nl2sql.verified.scope import VerifiedCatalog
 
@@ -34,15 +34,15 @@ MAX_PARAMETER_VALUES = 5000
 class RunBudget(Budget):
     """The question's caps on model calls and dollars, plus its time limit (checked before every call)."""
 
-    def __init__(self, scope: RunScope, max_llm_calls: int | None, max_cost_usd: float | None) -> None:
+    def __init__(self, trace: RunTrace, max_llm_calls: int | None, max_cost_usd: float | None) -> None:
         super().__init__(max_llm_calls, max_cost_usd)
-        self.scope = scope
+        self.trace = trace
 
     def before_call(self) -> None:
         """Refuse the call once the run's time is up, else apply the call and dollar caps."""
-        remaining = self.scope.remaining_s()
+        remaining = self.trace.remaining_s()
         if remaining is not None and remaining <= 0 and self.stop is None:
-            self.stop = timeout_stop(self.scope.timeout_s or 0)
+            self.stop = timeout_stop(self.trace.timeout_s or 0)
         super().before_call()
 
 
@@ -75,8 +75,8 @@ class Runtime:
         self._values: dict[tuple[str, str, str], list[str]] = {}
         self._lock = threading.Lock()
 
-    def open_scope(self, trace_id: str | None = None) -> RunScope:
-        """A new run's scope, with the observers (and the forwarder) subscribed to its bus."""
+    def open_trace(self, trace_id: str | None = None) -> RunTrace:
+        """A new run's trace, with the observers (and the forwarder) subscribed to its bus."""
         trace_id = trace_id or str(uuid.uuid4())
         bus = EventBus(trace_id=trace_id)
         subscribe_observers(bus, self.observers)
@@ -84,22 +84,22 @@ class Runtime:
             bus.subscribe(self.forward)
         for listener in self.listeners:
             bus.subscribe(listener)
-        return RunScope(trace_id, bus, timeout_s=self.config.settings.pipeline.timeout_s)
+        return RunTrace(trace_id, bus, timeout_s=self.config.settings.pipeline.timeout_s)
 
-    def llm_client(self, scope: RunScope) -> LLMClient:
-        """The run's model client: its budget, with every call and parse retry published on the run's scope."""
+    def llm_client(self, trace: RunTrace) -> LLMClient:
+        """The run's model client: its budget, with every call and parse retry published on the run's trace."""
         limits = self.config.settings.pipeline
 
         def on_call(record: CallRecord) -> None:
-            scope.publish("llm.call", node=record.node, model=record.model, provider=record.provider, ok=record.ok,
+            trace.publish("llm.call", node=record.node, model=record.model, provider=record.provider, ok=record.ok,
                           error_code=record.error_code, input_tokens=record.usage.input_tokens,
                           output_tokens=record.usage.output_tokens, cost_usd=record.cost_usd,
                           latency_ms=round(record.latency_ms, 1))
 
         def on_parse_retry(node: str, attempt: int, errors: list[str]) -> None:
-            scope.publish("llm.parse_retry", node=node, attempt=attempt, errors=errors)
+            trace.publish("llm.parse_retry", node=node, attempt=attempt, errors=errors)
 
-        return LLMClient(self.config.llm, budget=RunBudget(scope, limits.max_llm_calls, limits.max_cost_usd),
+        return LLMClient(self.config.llm, budget=RunBudget(trace, limits.max_llm_calls, limits.max_cost_usd),
                          on_call=on_call, on_parse_retry=on_parse_retry, block_loader=self.llm_block_loader)
 
     def column_values(self, datasource_id: str, table: str, column: str, scope: Scope | None = None) -> list[str]:
@@ -138,10 +138,10 @@ class Runtime:
 
 @dataclass
 class RunContext:
-    """One run's services: the shared runtime, the run's scope and its model client."""
+    """One run's services: the shared runtime, the run's trace and its model client."""
 
     runtime: Runtime
-    scope: RunScope
+    trace: RunTrace
     llm: LLMClient
 
     @property

@@ -31,7 +31,7 @@ class SubQuery:
     question: str
     expected_columns: list[ExpectedColumn] = field(default_factory=list)
     verified: VerifiedMatch | None = None
-    schema: RetrievedSchema | None = None
+    retrieved: RetrievedSchema | None = None
     plan: PlanModel | None = None
     plan_source: Literal["planner", "plan_cache", "verified"] | None = None
     schemas: dict[str, str] | None = None

@@ -57,7 +57,7 @@ def resolve_datasources(ctx: RunContext, state: RunState) -> None:
     """The caller's datasources first (none: refused, no search), then routing, then the model's answerability check."""
     reachable = _reachable(ctx, state)
     if not reachable:
-        ctx.scope.publish("policy.decision", decision="deny", step="resolver", datasource_id=state.datasource_id,
+        ctx.trace.publish("policy.decision", decision="deny", step="resolver", datasource_id=state.datasource_id,
                           roles=state.roles, rule="no role of the caller reaches any datasource asked about")
         raise SecurityViolation(node="resolver")
     index = ctx.runtime.index
@@ -77,7 +77,7 @@ def resolve_datasources(ctx: RunContext, state: RunState) -> None:
                                                                      ctx.config.settings.routing.shortlist)] or built[:1]
     described = []
     for ds in shortlist:
-        schema = index.schema(state.question, state.roles, ds)
+        schema = index.retrieve_schema(state.question, state.roles, ds)
         described.append((ds, ctx.config.datasource(ds).description, schema.table_names()[:8]))
     messages = prompts.resolver_messages(state.question, described)
     state.prompt_chars["resolver"] = sum(len(m.content) for m in messages)
@@ -99,7 +99,7 @@ def decompose(ctx: RunContext, state: RunState) -> None:
         return
     index = ctx.runtime.index
     limit = ctx.config.settings.routing.max_sub_queries
-    schemas = [(ds, ctx.config.datasource(ds).description, index.schema(state.question, state.roles, ds).render())
+    schemas = [(ds, ctx.config.datasource(ds).description, index.retrieve_schema(state.question, state.roles, ds).render())
                for ds in state.datasource_ids]
     messages = prompts.decomposer_messages(state.question, schemas, limit)
     state.prompt_chars["decomposer"] = sum(len(m.content) for m in messages)
@@ -134,7 +134,7 @@ def decompose(ctx: RunContext, state: RunState) -> None:
 
 def retrieve_schema(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     """The tables and columns the planner sees for this sub-query (only what the caller may read)."""
-    sq.schema = ctx.runtime.index.schema(sq.question, state.roles, sq.datasource_id)
+    sq.retrieved = ctx.runtime.index.retrieve_schema(sq.question, state.roles, sq.datasource_id)
 
 
 def _scope_key(ctx: RunContext, state: RunState, datasource_id: str) -> str:
@@ -159,13 +159,13 @@ def plan_sub_query(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     cached = None
     if ctx.config.settings.pipeline.plan_cache:
         cached = ctx.runtime.store.cached_plan(plan_cache_key(ctx, state, sq, _fingerprint(ctx, sq.datasource_id)))
-        ctx.scope.publish("plan_cache.lookup", sub_query_id=sq.id, datasource_id=sq.datasource_id,
+        ctx.trace.publish("plan_cache.lookup", sub_query_id=sq.id, datasource_id=sq.datasource_id,
                           hit=cached is not None)
     if cached is not None:
         sq.plan, sq.plan_source = PlanModel.model_validate_json(cached), "plan_cache"
         return
-    assert sq.schema is not None
-    messages = prompts.planner_messages(sq.question, sq.schema.render(), _dialect(ctx, sq),
+    assert sq.retrieved is not None
+    messages = prompts.planner_messages(sq.question, sq.retrieved.render(), _dialect(ctx, sq),
                                         [c.name for c in sq.expected_columns])
     sq.prompt_chars["planner"] = sum(len(m.content) for m in messages)
     sq.plan, sq.plan_source = ctx.llm.structured("planner", messages, PlanModel), "planner"
@@ -197,13 +197,13 @@ def execute(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     """Run the SQL read-only (guard, scope, row limit, statement timeout within the run's time)."""
     assert sq.sql is not None
     limits = ctx.config.settings.pipeline
-    remaining = ctx.scope.remaining_s()
+    remaining = ctx.trace.remaining_s()
     timeout = limits.statement_timeout_s if remaining is None else max(0.1, min(limits.statement_timeout_s, remaining))
     caller = scope(ctx.config.policies, state.roles, sq.datasource_id)
     sq.result = run_checked_sql(ctx.runtime.catalog.get(sq.datasource_id), sq.sql, caller,
                                 row_limit=limits.row_limit, timeout_s=timeout)
     result = sq.result
-    ctx.scope.publish("result.manifest", sub_query_id=sq.id, datasource_id=sq.datasource_id,
+    ctx.trace.publish("result.manifest", sub_query_id=sq.id, datasource_id=sq.datasource_id,
                       columns=[c.name for c in result.columns], total_rows=result.row_count,
                       truncated=result.truncated)
     if result.truncated:
@@ -218,8 +218,8 @@ def execute(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
 
 def refine(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     """Ask the refiner for a corrected plan, given the failed plan and its error."""
-    assert sq.error is not None and sq.schema is not None
-    messages = prompts.refiner_messages(sq.question, sq.schema.render(), _dialect(ctx, sq),
+    assert sq.error is not None and sq.retrieved is not None
+    messages = prompts.refiner_messages(sq.question, sq.retrieved.render(), _dialect(ctx, sq),
                                         sq.plan.model_dump(mode="json") if sq.plan else None,
                                         [f"{sq.error.code}: {sq.error.message}"],
                                         [c.name for c in sq.expected_columns])
@@ -259,7 +259,7 @@ def aggregate(ctx: RunContext, state: RunState) -> None:
     for w in state.combined.warnings:
         state.warnings.append(RunWarning(code=w.code, message=w.message, detail=w.detail,
                                          sub_query_id=w.detail.get("sub_query_id")))
-    ctx.scope.publish("result.manifest", columns=state.combined.columns, total_rows=state.combined.total_rows,
+    ctx.trace.publish("result.manifest", columns=state.combined.columns, total_rows=state.combined.total_rows,
                       truncated=state.combined.truncated)
 
 
@@ -304,7 +304,7 @@ def synthesize(ctx: RunContext, state: RunState) -> None:
     messages = prompts.synthesizer_messages(state.question, columns, preview, total, notes)
     state.prompt_chars["synthesizer"] = sum(len(m.content) for m in messages)
     # a hook at answer.after may still deny the answer: then nothing of it is streamed before it decides
-    stream = None if ctx.runtime.hooks.at("answer.after") else (lambda text: ctx.scope.publish("answer.delta",
+    stream = None if ctx.runtime.hooks.at("answer.after") else (lambda text: ctx.trace.publish("answer.delta",
                                                                                                 text=text))
     state.answer = ctx.llm.text("synthesizer", messages, on_delta=stream).strip()
     state.summary = state.answer.split("\n")[0].split(". ")[0].rstrip(".") + "."

@@ -2,7 +2,6 @@
 
 from nl2sql.plan.generate import DIALECTS, generate_sql, plan_to_expression
 from nl2sql.plan.model import PlanModel
-from nl2sql.plan.schema import plan_json_schema
 from nl2sql.plan.validate import PlanIssue, PlanValidationError, ValidatedPlan, iter_plans, validate_plan
 
 __all__ = [
@@ -13,7 +12,6 @@ __all__ = [
     "ValidatedPlan",
     "generate_sql",
     "iter_plans",
-    "plan_json_schema",
     "plan_to_expression",
     "validate_plan",
 ]

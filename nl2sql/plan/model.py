@@ -14,7 +14,7 @@ operations that the generator renders per dialect.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -278,6 +278,9 @@ class PlanModel(Node):
     limit: int | None = None
     offset: int | None = None
     distinct: bool = False
+
+    #: The unions written once in the plan's JSON schema for structured output (`llm.json_schema`).
+    json_schema_unions: ClassVar[dict[str, object]] = {"Expr": Expr, "Condition": Condition}
 
     def tables(self) -> list[TableRef]:
         """FROM and JOIN tables of this plan (not of its sub-plans)."""

@@ -66,15 +66,15 @@ class ValidatedPlan:
 
 
 @dataclass
-class Frame:
+class VisibleNames:
     """The tables (by alias or name, lower-cased) and output aliases visible in one plan."""
 
     tables: dict[str, tuple[m.TableRef, TableInfo | None]] = field(default_factory=dict)
     select_aliases: set[str] = field(default_factory=set)
-    parent: Frame | None = None
+    parent: VisibleNames | None = None
 
     def lookup(self, name: str) -> tuple[m.TableRef, TableInfo | None] | None:
-        frame: Frame | None = self
+        frame: VisibleNames | None = self
         while frame is not None:
             if name.lower() in frame.tables:
                 return frame.tables[name.lower()]
@@ -83,7 +83,7 @@ class Frame:
 
     def has_unknown_table(self) -> bool:
         """Whether a table visible here (in this plan or an outer one) could not be resolved."""
-        frame: Frame | None = self
+        frame: VisibleNames | None = self
         while frame is not None:
             if any(info is None for _, info in frame.tables.values()):
                 return True
@@ -217,9 +217,9 @@ class PlanValidator:
 
     # --- plans ---------------------------------------------------------------------------------
 
-    def plan(self, plan: m.PlanModel, path: str, parent: Frame | None = None) -> Frame:
+    def plan(self, plan: m.PlanModel, path: str, parent: VisibleNames | None = None) -> VisibleNames:
         """Validate one plan in the scope of `parent` (for correlated references)."""
-        frame = Frame(parent=parent)
+        frame = VisibleNames(parent=parent)
         self._add_table(frame, plan.from_, f"{path}.from")
         for j, join in enumerate(plan.joins):
             if self._add_table(frame, join.table, f"{path}.joins[{j}].table"):
@@ -251,7 +251,7 @@ class PlanValidator:
             self.issue("CONSTANT_KEY", f"A constant in {clause} is read as a column position or does nothing. "
                        f"Put a column or an expression (or a select alias) in {clause}.", path)
 
-    def _add_table(self, frame: Frame, ref: m.TableRef, path: str) -> bool:
+    def _add_table(self, frame: VisibleNames, ref: m.TableRef, path: str) -> bool:
         """Bring a table into scope; False (and the first use kept) when its alias is taken."""
         info = self.resolve_table(ref, path)
         key = ref.name_in_scope.lower()
@@ -262,7 +262,7 @@ class PlanValidator:
         frame.tables[key] = (ref, info)
         return True
 
-    def _join(self, join: m.Join, frame: Frame, path: str) -> None:
+    def _join(self, join: m.Join, frame: VisibleNames, path: str) -> None:
         if not join.on:
             self.issue("JOIN_WITHOUT_KEYS", f"The join to {join.table.name_in_scope} has no keys. Add at least one "
                        "pair of columns to compare.", f"{path}.on")
@@ -287,7 +287,7 @@ class PlanValidator:
 
     # --- expressions ---------------------------------------------------------------------------
 
-    def column(self, ref: m.ColumnRef, frame: Frame, clause: str, path: str) -> Dtype | None:
+    def column(self, ref: m.ColumnRef, frame: VisibleNames, clause: str, path: str) -> Dtype | None:
         """Resolve a column reference in place; its dtype, or None when unknown."""
         if ref.table is None:
             return self._unqualified(ref, frame, clause, path)
@@ -307,7 +307,7 @@ class PlanValidator:
         ref.column = col.name
         return dtype_of(col.type, sqlglot_dialect(self.snapshot.dialect))
 
-    def _unqualified(self, ref: m.ColumnRef, frame: Frame, clause: str, path: str) -> Dtype | None:
+    def _unqualified(self, ref: m.ColumnRef, frame: VisibleNames, clause: str, path: str) -> Dtype | None:
         if clause in ("order_by", "having") and ref.column.lower() in frame.select_aliases:
             return "other"  # an output alias
         holders = [(r, i) for r, i in frame.tables.values() if i is not None and i.column(ref.column)]
@@ -331,7 +331,7 @@ class PlanValidator:
                    f"alias of the table that holds it. Columns: {_listed(every)}.", path)
         return None
 
-    def expr(self, node: m.ExprNode, frame: Frame, clause: str, path: str, *, in_aggregate: bool = False) -> Dtype | None:
+    def expr(self, node: m.ExprNode, frame: VisibleNames, clause: str, path: str, *, in_aggregate: bool = False) -> Dtype | None:
         """Validate an expression in place; its dtype where known."""
         if isinstance(node, m.ColumnRef):
             return self.column(node, frame, clause, path)
@@ -390,7 +390,7 @@ class PlanValidator:
             return None
         raise TypeError(f"unknown expression node {type(node).__name__}")  # pragma: no cover
 
-    def _window(self, node: m.Window, frame: Frame, clause: str, path: str) -> None:
+    def _window(self, node: m.Window, frame: VisibleNames, clause: str, path: str) -> None:
         if clause not in ("select", "order_by"):
             self.issue("WINDOW_NOT_ALLOWED", f"Window functions can only be selected or ordered by, not used in "
                        f"{clause}. Select it in a sub-plan and filter the outer plan.", path)
@@ -408,7 +408,7 @@ class PlanValidator:
         for i, item in enumerate(node.order_by):
             self.expr(item.expr, frame, "select", f"{path}.order_by[{i}].expr")
 
-    def _sub_plan(self, plan: m.PlanModel, frame: Frame, path: str, *, one_column: bool) -> None:
+    def _sub_plan(self, plan: m.PlanModel, frame: VisibleNames, path: str, *, one_column: bool) -> None:
         self.plan(plan, path, parent=frame)
         if one_column and len(plan.select) > 1:
             self.issue("SUBQUERY_COLUMNS", f"This sub-plan must select exactly one column, not {len(plan.select)}.",
@@ -416,7 +416,7 @@ class PlanValidator:
 
     # --- conditions ----------------------------------------------------------------------------
 
-    def condition(self, node: m.ConditionNode, frame: Frame, clause: str, path: str) -> None:
+    def condition(self, node: m.ConditionNode, frame: VisibleNames, clause: str, path: str) -> None:
         """Validate a boolean tree in place."""
         if isinstance(node, m.Comparison):
             left = self.expr(node.left, frame, clause, f"{path}.left")
@@ -478,7 +478,7 @@ class PlanValidator:
 
     # --- grouping ------------------------------------------------------------------------------
 
-    def _grouping(self, plan: m.PlanModel, frame: Frame, path: str) -> None:
+    def _grouping(self, plan: m.PlanModel, frame: VisibleNames, path: str) -> None:
         aggregated = bool(plan.group_by) or plan.having is not None or any(
             _contains(item.expr, (m.Aggregate,)) for item in plan.select)
         if not aggregated:

@@ -30,7 +30,7 @@ import numpy as np
 
 from nl2sql.config.models import PLACEHOLDER, DatasourceConfig, ParameterConfig, VerifiedQueryConfig
 from nl2sql.errors import SecurityViolation
-from nl2sql.index.chunks import VerifiedQuery
+from nl2sql.verified.models import VerifiedQuery
 from nl2sql.verified.params import ParameterError, bind_parameters, coerce_value
 from nl2sql.verified.scope import curated_queries
 

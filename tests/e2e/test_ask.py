@@ -346,7 +346,7 @@ def test_every_log_line_of_a_run_carries_its_trace_id(project: Config, model: Mo
     runtime = runtime_for(project, plan_cache=False)
     try:
         ctx, state = start_run(runtime, question, roles=["analyst"])
-        with ctx.scope.entered():
+        with ctx.trace.entered():
             drive(ctx, state, invoke_step, run_parallel, pipeline)
             result = finish_run(ctx, state)
     finally:

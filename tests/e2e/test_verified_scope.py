@@ -14,14 +14,15 @@ from typing import Any
 import pytest
 
 import nl2sql.demo
-from nl2sql.config import Config, load_config
+from nl2sql.config import Config
 from nl2sql.config.models import PLACEHOLDER
 from nl2sql.demo import init_demo
 from nl2sql.errors import GENERIC_REFUSAL
 from nl2sql.policies import scope
+from nl2sql.project import load_project
 from nl2sql.verified.scope import VerifiedCatalog
 from tests.support.index import build_demo_index
-from tests.support.prefect_server import prefect_server_process
+from tests.support.prefect_server import steady_prefect_server
 
 pytestmark = [pytest.mark.prefect, pytest.mark.slow]
 
@@ -35,7 +36,7 @@ DEMO_CONFIG = Path(nl2sql.demo.__file__).resolve().parent / "nl2sql.yaml"
 def _denied_cases() -> list[tuple[str, str, str, bool]]:
     """(role, question, table names, --no-execute) for every demo verified question over a table the role may not
     read; each question is asked by each such role, with and without --no-execute in turn."""
-    config = load_config(DEMO_CONFIG)  # read only: its verified queries and roles
+    config = load_project(DEMO_CONFIG)  # read only: its verified queries and roles
     catalog = VerifiedCatalog(config, lambda ds: config.datasource(ds).dialect)
     cases: list[tuple[str, str, str, bool]] = []
     asked: dict[str, int] = {}
@@ -57,7 +58,7 @@ CASES = _denied_cases()
 @pytest.fixture(scope="session")
 def indexed_demo(tmp_path_factory: pytest.TempPathFactory) -> Config:
     """A demo project with its index built into its own state folder, once."""
-    config = load_config(init_demo(tmp_path_factory.mktemp("verified-cli"), env={}))
+    config = load_project(init_demo(tmp_path_factory.mktemp("verified-cli"), env={}))
     build_demo_index(config, config.state_dir)
     return config
 
@@ -65,7 +66,7 @@ def indexed_demo(tmp_path_factory: pytest.TempPathFactory) -> Config:
 @pytest.fixture(scope="module")
 def cli_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """One loopback Prefect server for every run of this module (each CLI run would otherwise start its own)."""
-    with prefect_server_process(tmp_path_factory.mktemp("verified-prefect")) as (_, env):
+    with steady_prefect_server(tmp_path_factory.mktemp("verified-prefect")) as (_, env):
         yield env
 
 

@@ -24,7 +24,7 @@ from nl2sql.policies.users import token_hash
 from tests.e2e.test_ask import INVOICE_PLAN
 from tests.support.ask import ModelScript, write_ask_project
 from tests.support.llm import running
-from tests.support.prefect_server import prefect_server_process
+from tests.support.prefect_server import steady_prefect_server
 
 pytestmark = pytest.mark.prefect
 QUESTION = "What is the total of all invoices ever?"
@@ -39,7 +39,7 @@ USERS = {"ann": {"roles": ["analyst", "admin"], "token_sha256": token_hash("ann-
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, str]]]:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    with prefect_server_process(tmp_path_factory.mktemp("prefect-server")) as (api, env), \
+    with steady_prefect_server(tmp_path_factory.mktemp("prefect-server")) as (api, env), \
             temporary_settings(updates={PREFECT_API_URL: api}):
         yield api, env
         _drain_workers()  # while the server still answers: a worker left holding its events blocks later drains

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nl2sql.config import load_config
 from nl2sql.datasources import DatasourceCatalog
 from nl2sql.errors import DatasourceError
+from nl2sql.project import load_project
 
 pytestmark = pytest.mark.prefect
 
@@ -35,7 +35,7 @@ def test_config_names_a_block(prefect_server: None, chinook_path: Path, tmp_path
         "datasources": [{"id": "music", "block": "music"}],
         "policies": {"default_role": "admin", "roles": {"admin": {}}},
     }))
-    config = load_config(path)
+    config = load_project(path)
     assert "block" in repr(config.datasources[0]) and config.datasources[0].url is None
     with DatasourceCatalog(config, block_loader=load_datasource_url) as catalog:
         result = catalog.get("music").execute("SELECT COUNT(*) AS n FROM Genre")

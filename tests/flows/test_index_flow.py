@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nl2sql.config import load_config
 from nl2sql.events import Event
 from nl2sql.index import StateStore
+from nl2sql.project import load_project
 
 pytestmark = pytest.mark.prefect
 
@@ -45,7 +45,7 @@ def test_flow_builds_publishes_and_reports(prefect_server: None, project: Path, 
     swapped = next(e for e in seen if e.name == "index.swapped" and e.data["datasource_id"] == "support")
     assert swapped.data["counts"]["table"] == 4 and swapped.data["replaced_build_id"] is None
 
-    store = StateStore(load_config(project).state_dir)
+    store = StateStore(load_project(project).state_dir)
     assert store.live_build("chinook").build_id == outcome["builds"][0]["build_id"]
 
     import asyncio

@@ -15,9 +15,9 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from nl2sql.adapters import adapter_class
 from nl2sql.config import Config
 from nl2sql.datasources import DatasourceCatalog, check_sql_scope
-from nl2sql.datasources.registry import adapter_class
 from nl2sql.errors import GENERIC_REFUSAL, DatasourceError, SecurityViolation, SQLRejected
 from nl2sql.policies import Scope, scope
 

@@ -11,10 +11,11 @@ from typing import Any
 
 import yaml
 
-from nl2sql.config import Config, load_config
+from nl2sql.config import Config
 from nl2sql.demo import init_demo
 from nl2sql.llm.fake import FakeAnswer, FakeLLMServer
 from nl2sql.pipeline import Runtime
+from nl2sql.project import load_project
 from tests.support.index import build_demo_index
 
 PLANS_DIR = Path(__file__).resolve().parent.parent / "data" / "plans" / "chinook"
@@ -39,7 +40,7 @@ def write_ask_project(target: Path, fake: FakeLLMServer, *, hooks: list[dict] | 
     if hooks:
         raw["hooks"] = hooks
     config_path.write_text(yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
-    config = load_config(config_path)
+    config = load_project(config_path)
     build_demo_index(config, config.state_dir)
     return config
 

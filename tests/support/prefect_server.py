@@ -59,3 +59,21 @@ def prefect_server_process(home: Path, *, extra_env: dict[str, str] | None = Non
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+@contextmanager
+def steady_prefect_server(home: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """`prefect server start` on PostgreSQL when the loopback server answers (a scratch database, dropped after),
+    else on SQLite: on 2 cores the SQLite-backed server stalls with 503s after bursts of writes."""
+    import sqlalchemy as sa
+
+    from tests.support.postgres import scratch_database, server_available
+
+    if server_available() is not None:
+        with prefect_server_process(home) as started:
+            yield started
+        return
+    with scratch_database("nl2sql_prefect") as db:
+        url = sa.make_url(db.admin_url).set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
+        with prefect_server_process(home, extra_env={"PREFECT_SERVER_DATABASE_CONNECTION_URL": url}) as started:
+            yield started

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from nl2sql.config import load_config
 from nl2sql.errors import ConfigError, ConfigProblem
+from nl2sql.project import load_project
 
 DEMO_CONFIG = Path(__file__).resolve().parents[2] / "nl2sql" / "demo" / "nl2sql.yaml"
 MAIN = "nl2sql.yaml"
@@ -55,7 +55,7 @@ class Project:
     root: Path
     env: pytest.MonkeyPatch
     main_text: str | None = None  # raw text for the main file instead of `cfg` dumped as YAML
-    main_name: str = MAIN  # the file handed to load_config
+    main_name: str = MAIN  # the file handed to load_project
     main_bytes: bytes | None = None  # raw bytes for the main file, written last
 
     def write(self, name: str, content: Any) -> None:
@@ -70,7 +70,7 @@ class Project:
             self.write(MAIN, self.cfg)
         if self.main_bytes is not None:
             (self.root / MAIN).write_bytes(self.main_bytes)
-        return load_config(self.root / self.main_name)
+        return load_project(self.root / self.main_name)
 
 
 @dataclass(frozen=True)
@@ -497,7 +497,7 @@ def test_env_value_wins_over_default(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_demo_config_loads() -> None:
-    config = load_config(DEMO_CONFIG)
+    config = load_project(DEMO_CONFIG)
     assert [d.id for d in config.datasources] == ["chinook", "support", "webanalytics"]
     assert config.policies.default_role == "viewer"
 

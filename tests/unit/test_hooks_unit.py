@@ -161,7 +161,7 @@ def test_row_estimates_where_the_dialect_has_them(demo_config: Config, demo_dir:
 
 @pytest.mark.postgres
 def test_postgresql_estimates_rows(postgres_chinook_url: str) -> None:
-    from nl2sql.datasources.registry import adapter_class
+    from nl2sql.adapters import adapter_class
 
     adapter = adapter_class("postgresql")("pg", postgres_chinook_url)
     try:

@@ -28,9 +28,9 @@ def test_demo_questions_route_first_to_their_database(demo_index, question: str,
 def test_viewer_gets_no_invoice_entry(demo_index) -> None:
     result = demo_index.retrieve("Which invoices had the highest totals?", "viewer")
     assert result.routing.picks == ["chinook"]
-    assert result.schema is not None
-    assert {"Invoice", "InvoiceLine", "Customer", "Employee"}.isdisjoint(result.schema.table_names())
-    rendered = result.schema.render() + " ".join(result.schema.foreign_keys)
+    assert result.retrieved is not None
+    assert {"Invoice", "InvoiceLine", "Customer", "Employee"}.isdisjoint(result.retrieved.table_names())
+    rendered = result.retrieved.render() + " ".join(result.retrieved.foreign_keys)
     assert "Invoice" not in rendered and "Customer" not in rendered
 
 
@@ -45,7 +45,7 @@ def test_no_reachable_datasource_is_refused_before_any_search(demo_index) -> Non
 
 
 def test_schema_keeps_keys_and_join_paths(demo_index) -> None:
-    schema = demo_index.schema("Which genres sell best in Germany?", "admin", "chinook")
+    schema = demo_index.retrieve_schema("Which genres sell best in Germany?", "admin", "chinook")
     names = schema.table_names()
     assert {"Genre", "Invoice"} <= set(names)
     assert {"InvoiceLine", "Track"} <= set(names)  # the tables that join genres to invoices
@@ -116,5 +116,5 @@ def test_the_routing_strategy_is_a_setting(demo_config, demo_index) -> None:
 
 
 def test_a_name_in_lower_case_brings_the_table_it_is_looked_up_in(demo_index) -> None:
-    schema = demo_index.schema("Which albums did led zeppelin release?", "admin", "chinook")
+    schema = demo_index.retrieve_schema("Which albums did led zeppelin release?", "admin", "chinook")
     assert {"Album", "Artist"} <= set(schema.table_names())

@@ -12,9 +12,8 @@ from pydantic import BaseModel
 
 from nl2sql.config.models import LLMConfig
 from nl2sql.llm import LLMAuthError, LLMClient, LLMRateLimited, Message, Usage
-from nl2sql.llm.client import schema_for
 from nl2sql.llm.fake import FakeAnswer, FakeAnthropicServer
-from nl2sql.llm.schema import anthropic_tool_violations
+from nl2sql.llm.json_schema import anthropic_tool_violations, strict_json_schema
 from nl2sql.plan.model import PlanModel
 from tests.support.llm import running
 
@@ -66,7 +65,7 @@ def test_tool_use_round_trip_of_a_plan(server: FakeAnthropicServer) -> None:
     assert body["messages"] == [{"role": "user", "content": "How many artists are there?"}]
     (tool,) = body["tools"]
     assert tool["name"] == "PlanModel"
-    assert tool["input_schema"] == schema_for(PlanModel)
+    assert tool["input_schema"] == strict_json_schema(PlanModel)
     assert anthropic_tool_violations(tool["input_schema"]) == []
     assert body["tool_choice"] == {"type": "tool", "name": "PlanModel"}
     assert "response_format" not in body

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 import yaml
 
-from nl2sql.config import load_config
 from nl2sql.config.models import LLMConfig, PriceConfig
 from nl2sql.errors import ConfigError, UnknownNameError
 from nl2sql.llm import (
@@ -26,6 +25,7 @@ from nl2sql.llm import (
     price_for,
 )
 from nl2sql.llm.fake import FakeAnswer, FakeAnthropicServer, FakeLLMServer
+from nl2sql.project import load_project
 from tests.support.llm import running
 
 MESSAGES = [Message("user", "How many invoices?")]
@@ -211,7 +211,7 @@ LOCAL_LLM = {"models": {"local": {"provider": "openai", "model": "my-local-model
 
 def test_unpriced_model_refused_at_start_up(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
-        load_config(write_config(tmp_path, LOCAL_LLM))
+        load_project(write_config(tmp_path, LOCAL_LLM))
     (problem,) = info.value.problems
     assert problem.key == "llm.models.local.model"
     assert "my-local-model" in problem.message and "settings.pipeline.max_cost_usd" in problem.message
@@ -221,19 +221,19 @@ def test_unpriced_model_refused_at_start_up(tmp_path: Path) -> None:
 
 def test_priced_local_model_loads(tmp_path: Path) -> None:
     llm = {**LOCAL_LLM, "prices": {"my-local-model": {"input": 0, "output": 0}}}
-    config = load_config(write_config(tmp_path, llm))
+    config = load_project(write_config(tmp_path, llm))
     assert config.llm.prices["my-local-model"] == PriceConfig(input=0, output=0)
     assert config.settings.pipeline.max_cost_usd == 1.0
 
 
 def test_unpriced_model_loads_without_a_dollar_cap(tmp_path: Path) -> None:
-    config = load_config(write_config(tmp_path, LOCAL_LLM, max_cost_usd=None))
+    config = load_project(write_config(tmp_path, LOCAL_LLM, max_cost_usd=None))
     assert config.llm.models["local"].model == "my-local-model"
 
 
 def test_table_model_needs_no_price_row(tmp_path: Path) -> None:
     llm = {"models": {"main": {"provider": "openai", "model": "gpt-4o-mini"}}, "default": "main"}
-    assert load_config(write_config(tmp_path, llm)).llm.default == "main"
+    assert load_project(write_config(tmp_path, llm)).llm.default == "main"
 
 
 # --- which model a node uses -----------------------------------------------------------------------

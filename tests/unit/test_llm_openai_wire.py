@@ -25,8 +25,8 @@ from nl2sql.llm import (
     Message,
     Usage,
 )
-from nl2sql.llm.client import schema_for
 from nl2sql.llm.fake import FakeAnswer, FakeLLMServer
+from nl2sql.llm.json_schema import strict_json_schema
 from nl2sql.plan.model import PlanModel
 from tests.support.llm import running
 
@@ -130,7 +130,7 @@ def test_json_schema_round_trip_of_a_plan(server: FakeLLMServer) -> None:
     assert fmt["type"] == "json_schema"
     assert fmt["json_schema"]["name"] == "PlanModel"
     assert fmt["json_schema"]["strict"] is True
-    assert fmt["json_schema"]["schema"] == schema_for(PlanModel)
+    assert fmt["json_schema"]["schema"] == strict_json_schema(PlanModel)
     assert set(fmt["json_schema"]["schema"]["$defs"]) >= {"Expr", "Condition", "PlanModel"}
     assert body["model"] == "fake-model"
     assert body["messages"] == [{"role": "system", "content": "You write query plans."},
@@ -149,7 +149,7 @@ def test_json_object_mode_for_llama_cpp(server: FakeLLMServer) -> None:
     fmt = body["response_format"]
     assert fmt["type"] == "json_object"
     assert "json_schema" not in fmt
-    assert {k: v for k, v in fmt["schema"].items() if k != "title"} == schema_for(PlanModel)
+    assert {k: v for k, v in fmt["schema"].items() if k != "title"} == strict_json_schema(PlanModel)
     assert fmt["schema"]["title"] == "PlanModel"
 
 
@@ -162,7 +162,7 @@ def test_tools_mode_forces_a_function_call(server: FakeLLMServer) -> None:
     (tool,) = body["tools"]
     assert tool["type"] == "function"
     assert tool["function"]["name"] == "PlanModel"
-    assert tool["function"]["parameters"] == schema_for(PlanModel)
+    assert tool["function"]["parameters"] == strict_json_schema(PlanModel)
     assert body["tool_choice"] == {"type": "function", "function": {"name": "PlanModel"}}
 
 

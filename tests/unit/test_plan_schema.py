@@ -10,8 +10,8 @@ import pytest
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError as SchemaError
 
-from nl2sql.llm.schema import anthropic_tool_violations, openai_strict_violations, strict_json_schema
-from nl2sql.plan import PlanModel, plan_json_schema
+from nl2sql.llm.json_schema import anthropic_tool_violations, openai_strict_violations, strict_json_schema
+from nl2sql.plan import PlanModel
 from tests.unit.test_plan_golden import GOLDEN_FILES, load
 
 
@@ -35,14 +35,14 @@ def nested(depth: int) -> dict:
 
 
 def test_plan_schema_passes_both_providers_rules() -> None:
-    schema = plan_json_schema()
+    schema = strict_json_schema(PlanModel)
     assert openai_strict_violations(schema) == []
     assert anthropic_tool_violations(schema) == []
     Draft202012Validator.check_schema(schema)
 
 
 def test_plan_schema_root_is_the_plan_object() -> None:
-    schema = plan_json_schema()
+    schema = strict_json_schema(PlanModel)
     assert schema["type"] == "object" and schema["additionalProperties"] is False
     assert set(schema["properties"]) == {"select", "from", "joins", "where", "group_by", "having", "order_by",
                                          "limit", "offset", "distinct"}
@@ -51,7 +51,7 @@ def test_plan_schema_root_is_the_plan_object() -> None:
 
 
 def test_plan_schema_recursion_goes_through_defs() -> None:
-    schema = plan_json_schema()
+    schema = strict_json_schema(PlanModel)
     defs = schema["$defs"]
     assert "PlanModel" in defs
     for name in ("ScalarSubquery", "Exists", "InSubquery"):
@@ -67,7 +67,7 @@ def test_plan_schema_recursion_goes_through_defs() -> None:
 
 
 def test_every_def_is_used() -> None:
-    schema = plan_json_schema()
+    schema = strict_json_schema(PlanModel)
     text = repr({k: v for k, v in schema.items() if k != "$defs"}) + repr(schema["$defs"])
     unused = [name for name in schema["$defs"] if f"#/$defs/{name}'" not in text]
     assert unused == []
@@ -84,12 +84,12 @@ def test_golden_plan_round_trips(path: Path) -> None:
     again = PlanModel.model_validate(dumped)
     assert again == plan
     assert again.model_dump(by_alias=True, mode="json") == dumped
-    errors = sorted(Draft202012Validator(plan_json_schema()).iter_errors(dumped), key=lambda e: list(e.path))
+    errors = sorted(Draft202012Validator(strict_json_schema(PlanModel)).iter_errors(dumped), key=lambda e: list(e.path))
     assert not errors, "\n".join(f"{list(e.path)}: {e.message}" for e in errors)
 
 
 def test_schema_refuses_what_the_model_refuses() -> None:
-    validator = Draft202012Validator(plan_json_schema())
+    validator = Draft202012Validator(strict_json_schema(PlanModel))
     dumped = PlanModel.model_validate(load(GOLDEN_FILES[0])["plan"]).model_dump(by_alias=True, mode="json")
     stray = copy.deepcopy(dumped)
     stray["select"][0]["expr"]["stray"] = 1

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from nl2sql.cli.main import main
-from nl2sql.config import Config, load_config
+from nl2sql.config import Config
 from nl2sql.config.models import PoliciesConfig
 from nl2sql.errors import ConfigError
 from nl2sql.hooks.approval import ApprovalRejected, ApprovalRequest, check_approver
@@ -23,6 +23,7 @@ from nl2sql.policies.users import (
     token_hash,
     token_matches,
 )
+from nl2sql.project import load_project
 
 ROLES = {"admin": {}, "analyst": {"allow": ["chinook"]}, "viewer": {"allow": ["chinook.Genre"]}}
 USERS = {"ann": {"roles": ["analyst", "admin"], "token_sha256": token_hash("ann-token")},
@@ -86,10 +87,10 @@ def test_users_may_come_from_an_environment_variable_as_json(tmp_path: Path, dem
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     config = _project(tmp_path, demo_dir, "${env:H4_USERS}")
     monkeypatch.setenv("H4_USERS", json.dumps({"ann": {"roles": ["analyst"]}}))
-    assert load_config(config).policies.users["ann"].roles == ["analyst"]
+    assert load_project(config).policies.users["ann"].roles == ["analyst"]
     monkeypatch.setenv("H4_USERS", "{not json")
     with pytest.raises(ConfigError, match="not a JSON object of users"):
-        load_config(config)
+        load_project(config)
 
 
 @pytest.mark.parametrize(("users", "says"), [
@@ -100,7 +101,7 @@ def test_users_may_come_from_an_environment_variable_as_json(tmp_path: Path, dem
 ])
 def test_bad_users_are_configuration_errors(tmp_path: Path, demo_dir: Path, users: dict, says: str) -> None:
     with pytest.raises(ConfigError, match=says):
-        load_config(_project(tmp_path, demo_dir, users))
+        load_project(_project(tmp_path, demo_dir, users))
 
 
 def test_a_hash_is_kept_in_lowercase_and_matches_only_its_token() -> None:
@@ -234,7 +235,7 @@ def test_plan_run_and_eval_run_check_the_user(capsys: pytest.CaptureFixture[str]
 
 
 def _waiting(project: Path, trace_id: str, asker: str) -> dict:
-    config: Config = load_config(project)
+    config: Config = load_project(project)
     req = request(asker)
     StateStore(config.state_dir).save_approval(trace_id, req.id, req.model_dump())
     return req.model_dump()

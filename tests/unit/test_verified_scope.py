@@ -11,14 +11,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from nl2sql.config import Config, load_config
+from nl2sql.config import Config
 from nl2sql.config.models import ParameterConfig, VerifiedQueryConfig
 from nl2sql.datasources.base import Adapter
 from nl2sql.errors import GENERIC_REFUSAL, SecurityViolation
-from nl2sql.index.chunks import Entry, VerifiedQuery, example_entries, verified_entries
+from nl2sql.index.chunks import Entry, example_entries, verified_entries
 from nl2sql.index.retrieve import LiveIndex, Retriever
 from nl2sql.index.service import IndexService
+from nl2sql.project import load_project
 from nl2sql.verified.match import index_entries_of, match_verified
+from nl2sql.verified.models import VerifiedQuery
 from nl2sql.verified.scope import VerifiedCatalog, query_tables
 
 CUSTOMERS = VerifiedQueryConfig(
@@ -221,7 +223,7 @@ def test_a_verified_query_over_denied_tables_does_not_move_a_caller_s_routing(de
         # what `nl2sql retrieve` shows: routing and the schema
         before, after = plain.retrieve(QUESTION, role), more.retrieve(QUESTION, role)
         assert after.routing.explanation() == before.routing.explanation()
-        assert (after.schema and after.schema.render()) == (before.schema and before.schema.render())
+        assert (after.retrieved and after.retrieved.render()) == (before.retrieved and before.retrieved.render())
     assert _scores(more, QUESTION, "admin") != _scores(plain, QUESTION, "admin")  # it would count for a reader
 
 
@@ -256,7 +258,7 @@ def test_a_verified_entry_without_tables_counts_for_nobody(demo_config: Config, 
 def unindexed_demo(tmp_path_factory: pytest.TempPathFactory) -> Config:
     from nl2sql.demo import init_demo
 
-    return load_config(init_demo(tmp_path_factory.mktemp("verified-demo"), env={}))
+    return load_project(init_demo(tmp_path_factory.mktemp("verified-demo"), env={}))
 
 
 def _comparable(result: Any) -> dict[str, Any]:

@@ -1,4 +1,6 @@
-"""The adapter registry: built-ins and plugins (entry point group `nl2sql.adapters`) alike.
+"""The adapter registry (dialect name → adapter class), built-ins and plugins (entry point group `nl2sql.adapters`)
+alike. It sits below every package: config validation reads its names, and an adapter class is imported only
+when first asked for.
 
 >>> adapter_class("sqlite").__name__
 'SQLiteAdapter'

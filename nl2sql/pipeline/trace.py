@@ -1,8 +1,8 @@
-"""The run scope: one question's trace id, its events in order, and the log context of its threads.
+"""The run trace: one question's trace id, its events in order, and the log context of its threads.
 
-Every event of a run goes through its scope, which holds a lock while the bus delivers it, so
+Every event of a run goes through its trace, which holds a lock while the bus delivers it, so
 run.started is always first and exactly one terminal event (run.finished or run.failed) is last,
-whatever an observer does. While a scope is entered, every log record (on any thread that copied
+whatever an observer does. While a trace is entered, every log record (on any thread that copied
 the caller's context, as Prefect's task runner and the inline executor do) carries its trace id.
 """
 
@@ -40,7 +40,7 @@ def install_trace_ids() -> None:
         _factory_installed = True
 
 
-class RunScope:
+class RunTrace:
     """One run: its trace id, a bus of its own (observers subscribed), the events it published, its clock."""
 
     def __init__(self, trace_id: str, bus: EventBus | None = None, *, timeout_s: float | None = None) -> None:
@@ -90,7 +90,7 @@ class RunScope:
     # --- log context -------------------------------------------------------------------------
 
     @contextmanager
-    def entered(self) -> Iterator[RunScope]:
+    def entered(self) -> Iterator[RunTrace]:
         """Log records written inside carry this run's trace id."""
         token = CURRENT_TRACE.set(self.trace_id)
         try:

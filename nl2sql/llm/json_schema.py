@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import copy
 import json
+import typing
 from collections.abc import Iterator
+from functools import cache
 from typing import Any
 
 from pydantic import BaseModel
@@ -36,12 +38,15 @@ OPENAI_MAX_PROPERTIES = 5000
 OPENAI_MAX_ENUM_VALUES = 1000
 
 
-def strict_json_schema(model: type[BaseModel], *, union_names: dict[frozenset[str], str] | None = None) -> dict:
+@cache
+def strict_json_schema(model: type[BaseModel]) -> dict:
     """The model's JSON schema, rewritten to the strict subset (see the module docstring).
 
-    `union_names` hoists repeated unions (sets of `$defs` names) into a named `$defs` entry, so a
-    tagged union used in many places is written once.
+    A model may name its repeated unions in a class attribute `json_schema_unions` (name → the union's type,
+    e.g. an `Annotated[A | B, Field(discriminator=…)]` alias): each is then written once, as a named `$defs`
+    entry, instead of at every place it is used.
     """
+    union_names = {_members(union): name for name, union in getattr(model, "json_schema_unions", {}).items()}
     raw = model.model_json_schema(by_alias=True, ref_template="#/$defs/{model}")
     defs = {name: _rewrite(node) for name, node in raw.pop("$defs", {}).items()}
     root = _rewrite(raw)
@@ -57,6 +62,12 @@ def strict_json_schema(model: type[BaseModel], *, union_names: dict[frozenset[st
     if defs:
         root["$defs"] = dict(sorted(defs.items()))
     return root
+
+
+def _members(union: object) -> frozenset[str]:
+    """The class names a union type holds (through an Annotated wrapper)."""
+    inner = typing.get_args(union)[0] if typing.get_origin(union) is typing.Annotated else union
+    return frozenset(t.__name__ for t in typing.get_args(inner))
 
 
 def _ref_name(ref: str) -> str:
