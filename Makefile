@@ -46,6 +46,7 @@ test-fast: install
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache
 
 # The key-free evals on a fresh demo, each gated against the committed records under benchmarks/.
 evals: install

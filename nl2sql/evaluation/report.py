@@ -10,17 +10,53 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from nl2sql.evaluation.run import CaseRecord
 from nl2sql.evaluation.stats import wilson_interval
 
 METRIC_KEYS = ("cases", "runs", "execution_accuracy", "lenient_accuracy", "table_recall", "column_recall",
                "tables_sent", "columns_sent", "routing_top1", "routing_shortlist", "cost_usd", "latency_p50_s",
                "latency_p95_s")
+
+
+@dataclass
+class CaseRecord:
+    """One run's verdict, slim enough for records (no rows)."""
+
+    case_id: str
+    role: str
+    config: str
+    pass_index: int
+    tags: list[str]
+    outcome: str
+    status: str | None
+    scores: dict[str, dict[str, Any]]
+    latency_s: float
+    cost_usd: float | None = None
+    tokens: dict[str, int | None] = field(default_factory=dict)
+    sql: list[str] = field(default_factory=list)
+    rows_digest: str | None = None
+    answer: str | None = None
+    error: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        """Execution accuracy: every applicable accuracy score passed (result_match strict, outcome, recall, routing)."""
+        verdicts = [s["passed"] for name, s in self.scores.items() if name != "faithfulness" and s["passed"] is not None]
+        return bool(verdicts) and all(verdicts)
+
+    @property
+    def lenient_passed(self) -> bool:
+        """As `passed`, with result_match read leniently."""
+        verdicts = []
+        for name, s in self.scores.items():
+            if name == "faithfulness" or s["passed"] is None:
+                continue
+            verdicts.append(s["detail"].get("lenient", s["passed"]) if name == "result_match" else s["passed"])
+        return bool(verdicts) and all(verdicts)
 
 
 def _share(hits: int, n: int) -> float | None:

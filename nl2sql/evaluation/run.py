@@ -14,13 +14,14 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from nl2sql.config.models import Config, LLMConfig, ModelConfig, PriceConfig
 from nl2sql.errors import ConfigError, ConfigProblem, NL2SQLError
 from nl2sql.evaluation.gold_llm import GoldModel
+from nl2sql.evaluation.report import CaseRecord, build_report
 from nl2sql.evaluation.scorers import CaseRun, Score, score_run
 from nl2sql.evaluation.suite import EvalCase
 from nl2sql.llm.fake import FakeLLMServer
@@ -49,43 +50,6 @@ class EvalJob:
     role: str
     config_name: str
     pass_index: int = 0
-
-
-@dataclass
-class CaseRecord:
-    """One run's verdict, slim enough for records (no rows)."""
-
-    case_id: str
-    role: str
-    config: str
-    pass_index: int
-    tags: list[str]
-    outcome: str
-    status: str | None
-    scores: dict[str, dict[str, Any]]
-    latency_s: float
-    cost_usd: float | None = None
-    tokens: dict[str, int | None] = field(default_factory=dict)
-    sql: list[str] = field(default_factory=list)
-    rows_digest: str | None = None
-    answer: str | None = None
-    error: str | None = None
-
-    @property
-    def passed(self) -> bool:
-        """Execution accuracy: every applicable accuracy score passed (result_match strict, outcome, recall, routing)."""
-        verdicts = [s["passed"] for name, s in self.scores.items() if name != "faithfulness" and s["passed"] is not None]
-        return bool(verdicts) and all(verdicts)
-
-    @property
-    def lenient_passed(self) -> bool:
-        """As `passed`, with result_match read leniently."""
-        verdicts = []
-        for name, s in self.scores.items():
-            if name == "faithfulness" or s["passed"] is None:
-                continue
-            verdicts.append(s["detail"].get("lenient", s["passed"]) if name == "result_match" else s["passed"])
-        return bool(verdicts) and all(verdicts)
 
 
 def eval_jobs(cases: Sequence[EvalCase], mode: Mode, *, roles: Sequence[str] | None = None,
@@ -334,7 +298,6 @@ def evaluate(mode: Mode, config: Config, suite_path: str, *, roles: Sequence[str
              ids: Sequence[str] | None = None, tags: Sequence[str] | None = None,
              run_job: JobRunner = run_here, block_loader: Callable[[str], str] | None = None) -> Any:
     """Run a suite in a mode and report it (an EvalReport)."""
-    from nl2sql.evaluation.report import build_report
     from nl2sql.evaluation.suite import checked_suite, suite_digest
 
     path = Path(suite_path)

@@ -170,8 +170,8 @@ def wait_for_answer(ctx: RunContext, state: RunState, request: ApprovalRequest) 
     read, deleted from the API and checked (`check_approver`); one that does not count is logged and the run
     pauses again under the next key."""
     settings = ctx.config.settings.approvals
-    store, trace_id = ctx.runtime.store, ctx.trace.trace_id
-    approver_roles = list(ctx.runtime.hooks.binding(request.hook).approver_roles)
+    store, trace_id = ctx.store, ctx.trace.trace_id
+    approver_roles = list(ctx.hooks.binding(request.hook).approver_roles)
     form = ApprovalInput.with_initial_data(description=request.markdown(), request_id=request.id,
                                            sql_sha256=request.sql_sha256)
     suspending = bool(deployment.get_id())
@@ -219,7 +219,7 @@ def wait_for_approvers(ctx: RunContext, state: RunState, requests: list[Approval
     hash of each one that counted."""
     answers: dict[str, ApprovalAnswer | None] = {}
     for request in requests:
-        ctx.runtime.store.save_approval(ctx.trace.trace_id, request.id, request.model_dump())
+        ctx.store.save_approval(ctx.trace.trace_id, request.id, request.model_dump())
         answers[request.id] = wait_for_answer(ctx, state, request)
     return answers
 

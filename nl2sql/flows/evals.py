@@ -12,27 +12,10 @@ from prefect.runtime import flow_run
 from nl2sql.blocks import load_datasource_url
 from nl2sql.config import config_path
 from nl2sql.evaluation.report import EvalReport
-from nl2sql.evaluation.run import CaseRecord, EvalJob, EvalSession, evaluate, load_llm
+from nl2sql.evaluation.run import evaluate, load_llm
 from nl2sql.events.prefect_logs import guard_prefect_logs
 from nl2sql.project import load_project
-from nl2sql.tasks import step_task
-
-
-def _run_case(label: str, session: Any, job: EvalJob) -> CaseRecord:
-    """One case for one role (and model config, and pass), scored."""
-    return session.run(job)
-
-
-run_case = step_task(_run_case, name="case", task_run_name="{label}")
-
-
-def run_as_task(session: EvalSession, job: EvalJob) -> CaseRecord:
-    """One job as a task run, named after its case, role, config and pass."""
-    from prefect.utilities.annotations import quote
-
-    label = f"{job.case.id} · {job.role}" + (f" · {job.config_name}" if job.config_name != "default" else "") + (
-        f" · pass {job.pass_index + 1}" if job.pass_index else "")
-    return run_case(label, quote(session), quote(job))
+from nl2sql.tasks.evals import run_as_task
 
 
 def _run_name() -> str:

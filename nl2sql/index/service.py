@@ -10,7 +10,7 @@ from nl2sql.datasources import DatasourceCatalog
 from nl2sql.errors import SecurityViolation
 from nl2sql.index.build import BuildResult, build_datasource
 from nl2sql.index.embed import Embedder, shared_embedder
-from nl2sql.index.retrieve import RetrievedSchema, Retriever
+from nl2sql.index.retrieve import LiveIndex, RetrievedSchema, Retriever
 from nl2sql.index.route import Routing, route
 from nl2sql.index.store import StateStore
 from nl2sql.policies import Scope, reachable_datasources, scope
@@ -32,6 +32,10 @@ class IndexService:
         self.config = config
         self.store = store or StateStore(config.state_dir)
         self.retriever = retriever or Retriever(self.store, shared_embedder())
+
+    def live(self, datasource_id: str) -> LiveIndex | None:
+        """The datasource's live build (entries, vectors, snapshot), or None when it has none."""
+        return self.retriever.live(datasource_id)
 
     def unbuilt(self, datasource_ids: Sequence[str]) -> list[str]:
         """Datasources with no live build yet."""

@@ -29,7 +29,7 @@ def _fields(ctx: RunContext, state: RunState, point: str, sq: SubQuery | None) -
     if sq is not None:
         fields.update(datasource_id=sq.datasource_id, sub_query_id=sq.id, sub_query=sq.question, plan=sq.plan)
         if point in ("execute.before", "execute.after"):
-            adapter = ctx.runtime.catalog.get(sq.datasource_id)
+            adapter = ctx.catalog.get(sq.datasource_id)
             fields.update(sql=sq.sql, tables=tables_of(sq))
             if sq.sql:
                 sql = sq.sql
@@ -45,7 +45,7 @@ def _fields(ctx: RunContext, state: RunState, point: str, sq: SubQuery | None) -
 
 def run_hook_point(ctx: RunContext, state: RunState, point: str, sq: SubQuery | None = None) -> None:
     """Call the point's hooks and apply their verdict to the run (or the sub-query)."""
-    runner = ctx.runtime.hooks
+    runner = ctx.hooks
     if not runner.at(point):
         return
 
@@ -92,4 +92,4 @@ def _request(ctx: RunContext, state: RunState, sq: SubQuery, hook: str, decision
     return ApprovalRequest.build(question=state.question, asker=state.user_id, hook=hook,
                                  datasource_id=sq.datasource_id, sub_query_id=sq.id, sql=sq.sql or "",
                                  reason=decision.reason,
-                                 approver_roles=list(ctx.runtime.hooks.binding(hook).approver_roles))
+                                 approver_roles=list(ctx.hooks.binding(hook).approver_roles))

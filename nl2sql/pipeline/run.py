@@ -135,7 +135,7 @@ def settle_approvals(pipeline: Pipeline, ctx: RunContext, state: RunState, call:
             state.pending.append(request)
             ctx.trace.publish("approval.resolved", request_id=request.id, outcome="timed_out")
             continue
-        problem = approval_problem(request, answer, list(ctx.runtime.hooks.binding(request.hook).approver_roles))
+        problem = approval_problem(request, answer, list(ctx.hooks.binding(request.hook).approver_roles))
         if problem is None and answer.approve:
             state.approved.add(request.id)
             ctx.trace.publish("approval.resolved", request_id=request.id, outcome="approved", approver=answer.approver,
@@ -277,7 +277,7 @@ def trace_document(ctx: RunContext, state: RunState, result: QueryResult) -> dic
 def finish_run(ctx: RunContext, state: RunState) -> QueryResult:
     """Build the result, store the trace, publish run.finished (the run's last event)."""
     result = build_result(ctx, state)
-    ctx.runtime.store.save_trace(result.trace_id, state.question, result.status, trace_document(ctx, state, result))
+    ctx.store.save_trace(result.trace_id, state.question, result.status, trace_document(ctx, state, result))
     tables = sorted({f"{sq.datasource_id}.{t}" for sq in state.sub_queries for t in sq.tables})
     ctx.trace.publish("run.finished", status=result.status, error_codes=[e.code for e in result.errors],
                       warning_codes=[w.code for w in result.warnings],

@@ -17,6 +17,7 @@ from nl2sql.datasources import DatasourceCatalog
 from nl2sql.datasources.connect import BlockLoader
 from nl2sql.events import EventBus
 from nl2sql.hooks import build_hooks
+from nl2sql.hooks.runner import HookRunner
 from nl2sql.index.service import IndexService
 from nl2sql.index.store import StateStore
 from nl2sql.llm.budget import Budget
@@ -148,3 +149,30 @@ class RunContext:
     def config(self) -> Config:
         """The configuration."""
         return self.runtime.config
+
+    # the services a step may use, each by its name (a step's needs read from what it touches on `ctx`)
+
+    @property
+    def index(self) -> IndexService:
+        """Routing and schema retrieval over the live index builds."""
+        return self.runtime.index
+
+    @property
+    def catalog(self) -> DatasourceCatalog:
+        """The datasources' read-only adapters."""
+        return self.runtime.catalog
+
+    @property
+    def store(self) -> StateStore:
+        """The state store: builds, snapshots, the plan cache, traces and approvals."""
+        return self.runtime.store
+
+    @property
+    def hooks(self) -> HookRunner:
+        """The configured hooks."""
+        return self.runtime.hooks
+
+    @property
+    def verified(self) -> VerifiedCatalog:
+        """The verified queries, with the tables each reads."""
+        return self.runtime.verified

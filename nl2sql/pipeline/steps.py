@@ -60,7 +60,7 @@ def resolve_datasources(ctx: RunContext, state: RunState) -> None:
         ctx.trace.publish("policy.decision", decision="deny", step="resolver", datasource_id=state.datasource_id,
                           roles=state.roles, rule="no role of the caller reaches any datasource asked about")
         raise SecurityViolation(node="resolver")
-    index = ctx.runtime.index
+    index = ctx.index
     built = [ds for ds in reachable if ds not in index.unbuilt(reachable)]
     for ds in sorted(set(reachable) - set(built)):
         state.warnings.append(RunWarning(code="INDEX_NOT_BUILT", message=f"Datasource {ds} has no index build yet "
@@ -97,7 +97,7 @@ def decompose(ctx: RunContext, state: RunState) -> None:
     if len(state.datasource_ids) == 1:
         state.sub_queries = [SubQuery(id="sq1", datasource_id=state.datasource_ids[0], question=state.question)]
         return
-    index = ctx.runtime.index
+    index = ctx.index
     limit = ctx.config.settings.routing.max_sub_queries
     schemas = [(ds, ctx.config.datasource(ds).description, index.retrieve_schema(state.question, state.roles, ds).render())
                for ds in state.datasource_ids]
@@ -134,7 +134,7 @@ def decompose(ctx: RunContext, state: RunState) -> None:
 
 def retrieve_schema(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     """The tables and columns the planner sees for this sub-query (only what the caller may read)."""
-    sq.retrieved = ctx.runtime.index.retrieve_schema(sq.question, state.roles, sq.datasource_id)
+    sq.retrieved = ctx.index.retrieve_schema(sq.question, state.roles, sq.datasource_id)
 
 
 def _scope_key(ctx: RunContext, state: RunState, datasource_id: str) -> str:
@@ -150,7 +150,7 @@ def plan_cache_key(ctx: RunContext, state: RunState, sq: SubQuery, fingerprint: 
 
 
 def _fingerprint(ctx: RunContext, datasource_id: str) -> str:
-    build = ctx.runtime.store.live_build(datasource_id)
+    build = ctx.store.live_build(datasource_id)
     return build.fingerprint if build and build.fingerprint else ""
 
 
@@ -158,7 +158,7 @@ def plan_sub_query(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     """The sub-query's plan, from the plan cache or the planner model."""
     cached = None
     if ctx.config.settings.pipeline.plan_cache:
-        cached = ctx.runtime.store.cached_plan(plan_cache_key(ctx, state, sq, _fingerprint(ctx, sq.datasource_id)))
+        cached = ctx.store.cached_plan(plan_cache_key(ctx, state, sq, _fingerprint(ctx, sq.datasource_id)))
         ctx.trace.publish("plan_cache.lookup", sub_query_id=sq.id, datasource_id=sq.datasource_id,
                           hit=cached is not None)
     if cached is not None:
@@ -172,12 +172,12 @@ def plan_sub_query(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
 
 
 def _dialect(ctx: RunContext, sq: SubQuery) -> str:
-    return ctx.runtime.catalog.get(sq.datasource_id).name
+    return ctx.catalog.get(sq.datasource_id).name
 
 
 def validate(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     """Every table and column against the live snapshot, every table against the caller's scope."""
-    live = ctx.runtime.index.retriever.live(sq.datasource_id)
+    live = ctx.index.live(sq.datasource_id)
     if live is None or live.snapshot is None:
         raise IndexNotBuilt(f"Datasource {sq.datasource_id} has no index build.", fix="Run `nl2sql index build`.",
                             node="validator")
@@ -200,7 +200,7 @@ def execute(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     remaining = ctx.trace.remaining_s()
     timeout = limits.statement_timeout_s if remaining is None else max(0.1, min(limits.statement_timeout_s, remaining))
     caller = scope(ctx.config.policies, state.roles, sq.datasource_id)
-    sq.result = run_checked_sql(ctx.runtime.catalog.get(sq.datasource_id), sq.sql, caller,
+    sq.result = run_checked_sql(ctx.catalog.get(sq.datasource_id), sq.sql, caller,
                                 row_limit=limits.row_limit, timeout_s=timeout)
     result = sq.result
     ctx.trace.publish("result.manifest", sub_query_id=sq.id, datasource_id=sq.datasource_id,
@@ -212,7 +212,7 @@ def execute(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
                                          "(settings.pipeline.row_limit).", detail={"rows": result.row_count}))
     if sq.plan is not None and sq.plan_source == "planner" and ctx.config.settings.pipeline.plan_cache:
         fingerprint = _fingerprint(ctx, sq.datasource_id)
-        ctx.runtime.store.cache_plan(plan_cache_key(ctx, state, sq, fingerprint), sq.datasource_id, fingerprint,
+        ctx.store.cache_plan(plan_cache_key(ctx, state, sq, fingerprint), sq.datasource_id, fingerprint,
                                      sq.plan.model_dump_json())
 
 
@@ -304,7 +304,7 @@ def synthesize(ctx: RunContext, state: RunState) -> None:
     messages = prompts.synthesizer_messages(state.question, columns, preview, total, notes)
     state.prompt_chars["synthesizer"] = sum(len(m.content) for m in messages)
     # a hook at answer.after may still deny the answer: then nothing of it is streamed before it decides
-    stream = None if ctx.runtime.hooks.at("answer.after") else (lambda text: ctx.trace.publish("answer.delta",
+    stream = None if ctx.hooks.at("answer.after") else (lambda text: ctx.trace.publish("answer.delta",
                                                                                                 text=text))
     state.answer = ctx.llm.text("synthesizer", messages, on_delta=stream).strip()
     state.summary = state.answer.split("\n")[0].split(". ")[0].rstrip(".") + "."

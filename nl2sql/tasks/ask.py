@@ -33,7 +33,7 @@ STEP_TASKS: dict[str, Any] = {
 
 def call_step_task(step: Step, ctx: RunContext, state: RunState, sq: SubQuery | None) -> None:
     """Run a step as a task run (a hook point with no hooks configured runs in place: there is nothing to show)."""
-    if step.is_hook_point and not ctx.runtime.hooks.at(step.name):
+    if step.is_hook_point and not ctx.hooks.at(step.name):
         invoke_step(step, ctx, state, sq)
         return
     label = step.name if sq is None else f"{step.name} · {sq.id} ({sq.datasource_id})"

@@ -282,8 +282,7 @@ def test_the_needles_find_the_rows_an_artifact_would_show() -> None:
 
 
 def test_eval_artifacts_show_failures_by_ids_and_score_names_only() -> None:
-    from nl2sql.evaluation.report import build_report
-    from nl2sql.evaluation.run import CaseRecord
+    from nl2sql.evaluation.report import CaseRecord, build_report
     from nl2sql.flows.evals import without_details
 
     failed = CaseRecord(case_id="support_007", role="support", config="default", pass_index=0, tags=[],
