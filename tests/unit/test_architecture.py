@@ -66,3 +66,16 @@ def test_a_cycle_between_modules_breaks_the_contract(copy_of_the_package: Path) 
     assert result.returncode == 1
     assert "No import cycles between the modules of any package BROKEN" in result.stdout
     assert "nl2sql.evaluation" in result.stdout and ".stats -> .report" in result.stdout
+
+
+def test_the_architecture_page_lists_the_layers_of_the_contract() -> None:
+    import re
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    layers = next(c["layers"] for c in config["contracts"] if c["type"] == "layers")
+    contract = [sorted(name.strip().removeprefix("nl2sql.") for name in layer.split("|")) for layer in layers]
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    rows = re.findall(r"^\| \d+ \| (.+?) \|", page, flags=re.M)
+    documented = [sorted(name.strip(" `") for name in row.split("·")) for row in rows]
+    assert documented == contract
