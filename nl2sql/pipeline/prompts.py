@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, Literal
+from functools import cache
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from nl2sql.llm.models import Message
 
@@ -22,9 +23,10 @@ class Answerability(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    # the reason comes first: a constrained decoder writes fields in order, so it reasons before its verdict
+    reason: str = Field(description="One sentence: which data the question needs, and where it is (or is not).")
     answerable: bool
     datasource_ids: list[str] = Field(description="The datasources needed, most relevant first.")
-    reason: str = Field(description="One sentence: why, or what is missing.")
 
 
 class PlannedColumn(BaseModel):
@@ -73,6 +75,34 @@ class Decomposition(BaseModel):
 
     sub_queries: list[PlannedSubQuery]
     combine: PlannedCombine | None
+
+
+def _datasource_id(ids: tuple[str, ...]) -> Any:
+    """A datasource id field whose JSON schema is an enum of `ids` (a constrained decoder can write no other id);
+    parsing stays lenient (ids are compared without regard to case after it)."""
+    return Annotated[str, Field(json_schema_extra={"enum": list(ids)})]
+
+
+@cache
+def answerability_for(ids: tuple[str, ...]) -> type[Answerability]:
+    """Answerability with its datasource ids an enum of the shortlist's."""
+    return create_model("Answerability", __base__=Answerability,
+                        datasource_ids=(list[_datasource_id(ids)],  # type: ignore[valid-type]
+                                        Field(description="The datasources needed, most relevant first.")))
+
+
+@cache
+def decomposition_for(ids: tuple[str, ...]) -> type[Decomposition]:
+    """Decomposition with each sub-query's datasource id an enum of the datasources routing chose."""
+    sub_query = create_model("PlannedSubQuery", __base__=PlannedSubQuery,
+                             datasource_id=(_datasource_id(ids), ...))
+    return create_model("Decomposition", __base__=Decomposition, sub_queries=(list[sub_query], ...))  # type: ignore[valid-type]
+
+
+def same_ids(written: Sequence[str], allowed: Sequence[str]) -> list[str]:
+    """The ids of `allowed` that `written` names, compared without regard to case, in written order, once each."""
+    canonical = {ds.lower(): ds for ds in allowed}
+    return list(dict.fromkeys(canonical[w.strip().lower()] for w in written if w.strip().lower() in canonical))
 
 
 # --- messages -------------------------------------------------------------------------------------

@@ -40,6 +40,8 @@ class SubQuery:
     result: ExecutionResult | None = None
     error: RunError | None = None
     attempts: int = 0
+    #: The plans the refiner was shown or returned (canonical JSON): one it returns again ends the refining.
+    tried_plans: set[str] = field(default_factory=set)
     timings_ms: dict[str, float] = field(default_factory=dict)
     prompt_chars: dict[str, int] = field(default_factory=dict)
     dropped: bool = False  # a hook denied it with scope sub_query; the run goes on without it

@@ -81,14 +81,15 @@ def resolve_datasources(ctx: RunContext, state: RunState) -> None:
         described.append((ds, ctx.config.datasource(ds).description, schema.table_names()[:8]))
     messages = prompts.resolver_messages(state.question, described)
     state.prompt_chars["resolver"] = sum(len(m.content) for m in messages)
-    answer = ctx.llm.structured("resolver", messages, prompts.Answerability)
+    answer = ctx.llm.structured("resolver", messages, prompts.answerability_for(tuple(shortlist)))
     state.answerability = answer.model_dump()
     if not answer.answerable:
+        # a fixed sentence: the model's own words may name data the caller may not see, or be wrong
         raise QuestionNotAnswerable(
-            f"None of the data you can reach answers this question: {answer.reason}",
-            fix="Rephrase it in terms of the data (see `nl2sql datasources list`), or ask for a datasource.",
-            node="resolver")
-    chosen = [ds for ds in dict.fromkeys(answer.datasource_ids) if ds in shortlist]  # never widens the scope
+            "None of the data you can reach answers this question.",
+            fix=f"Rephrase it in terms of the data you may ask about ({', '.join(reachable)}; see `nl2sql "
+            "datasources list`), or name one with --datasource.", node="resolver")
+    chosen = prompts.same_ids(answer.datasource_ids, shortlist)  # never widens the scope
     state.datasource_ids = chosen or shortlist[:1]
 
 
@@ -103,7 +104,7 @@ def decompose(ctx: RunContext, state: RunState) -> None:
                for ds in state.datasource_ids]
     messages = prompts.decomposer_messages(state.question, schemas, limit)
     state.prompt_chars["decomposer"] = sum(len(m.content) for m in messages)
-    plan = ctx.llm.structured("decomposer", messages, prompts.Decomposition)
+    plan = ctx.llm.structured("decomposer", messages, prompts.decomposition_for(tuple(state.datasource_ids)))
     if len(plan.sub_queries) > limit:
         raise QuestionTooBroad(
             f"This question needs {len(plan.sub_queries)} separate queries; at most {limit} are allowed "
@@ -111,13 +112,14 @@ def decompose(ctx: RunContext, state: RunState) -> None:
     kept: list[SubQuery] = []
     positions: dict[int, str] = {}
     for i, sq in enumerate(plan.sub_queries):
-        if sq.datasource_id not in state.datasource_ids:  # the model may not add a datasource
+        named = prompts.same_ids([sq.datasource_id], state.datasource_ids)
+        if not named:  # the model may not add a datasource
             state.warnings.append(RunWarning(code="SUB_QUERY_DROPPED", message="A sub-query for a datasource "
                                              "that routing did not choose was dropped."))
             continue
         sub_id = f"sq{len(kept) + 1}"
         positions[i] = sub_id
-        kept.append(SubQuery(id=sub_id, datasource_id=sq.datasource_id, question=sq.question,
+        kept.append(SubQuery(id=sub_id, datasource_id=named[0], question=sq.question,
                              expected_columns=[ExpectedColumn(c.name, c.description) for c in sq.expected_columns]))
     if not kept:
         raise QuestionNotAnswerable("The question could not be split into queries on the data you can reach.",
@@ -217,17 +219,33 @@ def execute(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
 
 
 def refine(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
-    """Ask the refiner for a corrected plan, given the failed plan and its error."""
+    """Ask the refiner for a corrected plan, given the failed plan (as the model writes it: aliases, not field
+    names) and its error; a plan the sub-query already tried ends the refining, the error standing."""
     assert sq.error is not None and sq.retrieved is not None
-    messages = prompts.refiner_messages(sq.question, sq.retrieved.render(), _dialect(ctx, sq),
-                                        sq.plan.model_dump(mode="json") if sq.plan else None,
+    failed = sq.plan.model_dump(mode="json", by_alias=True) if sq.plan else None
+    if failed is not None:
+        sq.tried_plans.add(_plan_key(failed))
+    messages = prompts.refiner_messages(sq.question, sq.retrieved.render(), _dialect(ctx, sq), failed,
                                         [f"{sq.error.code}: {sq.error.message}"],
                                         [c.name for c in sq.expected_columns])
     sq.prompt_chars["refiner"] = sq.prompt_chars.get("refiner", 0) + sum(len(m.content) for m in messages)
-    sq.plan = ctx.llm.structured("refiner", messages, PlanModel, schema_name="RefinedPlan")
+    refined = ctx.llm.structured("refiner", messages, PlanModel, schema_name="RefinedPlan")
+    key = _plan_key(refined.model_dump(mode="json", by_alias=True))
+    if key in sq.tried_plans:
+        state.warnings.append(RunWarning(code="REFINER_REPEATED", sub_query_id=sq.id,
+                                         message="The refiner returned a plan that had already failed; refining "
+                                         "stopped.", detail={"attempt": sq.attempts}))
+        sq.attempts = ctx.config.settings.pipeline.max_retries  # no further round: the next would repeat too
+        return
+    sq.tried_plans.add(key)
+    sq.plan = refined
     sq.plan_source = "planner"
     sq.sql = None
     sq.error = None
+
+
+def _plan_key(plan: dict[str, Any]) -> str:
+    return json.dumps(plan, sort_keys=True)
 
 
 # --- after the sub-queries ------------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,57 +13,24 @@ import yaml
 from nl2sql.config import Config
 from nl2sql.errors import GENERIC_REFUSAL
 from nl2sql.events import Event
-from nl2sql.llm.fake import FakeAnswer, FakeLLMServer
+from nl2sql.llm.fake import FakeAnswer
 from nl2sql.pipeline import ask_inline
-from tests.support.ask import ModelScript, runtime_for, write_ask_project
-from tests.support.llm import running
+from tests.support.ask import (
+    CUSTOMERS_PLAN,
+    GENRES_PLAN,
+    INVOICE_PLAN,
+    TICKETS_PLAN,
+    ModelScript,
+    runtime_for,
+)
 
 PLAYLISTS = "How many tracks does each playlist hold?"
 
-CUSTOMERS_PLAN = yaml.safe_load("""
-select:
-  - {expr: {kind: column, table: c, column: CustomerId}, alias: customer_id}
-  - {expr: {kind: column, table: c, column: Country}, alias: country}
-from: {table: Customer, alias: c}
-""")
-TICKETS_PLAN = yaml.safe_load("""
-select:
-  - {expr: {kind: column, table: t, column: customer_id}, alias: customer_id}
-  - {expr: {kind: aggregate, func: count, arg: null}, alias: tickets}
-from: {table: tickets, alias: t}
-group_by: [{kind: column, table: t, column: customer_id}]
-""")
-INVOICE_PLAN = yaml.safe_load("""
-select:
-  - {expr: {kind: aggregate, func: sum, arg: {kind: column, table: i, column: Total}}, alias: revenue}
-from: {table: Invoice, alias: i}
-""")
 WRONG_COLUMN_PLAN = yaml.safe_load("""
 select:
   - {expr: {kind: column, table: g, column: GenreName}, alias: genre}
 from: {table: Genre, alias: g}
 """)
-GENRES_PLAN = yaml.safe_load("""
-select:
-  - {expr: {kind: column, table: g, column: Name}, alias: genre}
-from: {table: Genre, alias: g}
-order_by: [{expr: {kind: column, table: g, column: GenreId}, direction: asc}]
-""")
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeLLMServer]:
-    yield from running(FakeLLMServer)
-
-
-@pytest.fixture(scope="module")
-def project(fake: FakeLLMServer, tmp_path_factory: pytest.TempPathFactory) -> Config:
-    return write_ask_project(tmp_path_factory.mktemp("ask"), fake)
-
-
-@pytest.fixture
-def model(fake: FakeLLMServer) -> ModelScript:
-    return ModelScript(fake)
 
 
 def ask(config: Config, question: str, role: str, events: list[Event] | None = None, **kwargs):
@@ -197,7 +163,7 @@ def test_an_unanswerable_question_stops_at_the_resolver(project: Config, model: 
     model.unanswerable.add(question)
     result = ask(project, question, "analyst")
     assert result.status == "error" and [e.code for e in result.errors] == ["QUESTION_NOT_ANSWERABLE"]
-    assert "weather" in result.errors[0].message and model.fake.calls("PlanModel") == 0
+    assert "weather" not in result.errors[0].message and model.fake.calls("PlanModel") == 0
 
 
 def test_a_bad_structured_answer_is_asked_again(project: Config, model: ModelScript) -> None:
@@ -223,13 +189,26 @@ def test_the_refiner_fixes_a_wrong_column(project: Config, model: ModelScript) -
     assert "GenreName" in refiner_prompt["messages"][-1]["content"]  # the error went to the model
 
 
-def test_a_refiner_that_keeps_failing_ends_with_the_validation_error(project: Config, model: ModelScript) -> None:
+def test_a_refiner_that_repeats_the_failed_plan_stops_with_the_validation_error(project: Config,
+                                                                               model: ModelScript) -> None:
     question = "Name every genre we sell."
     model.plan(question, WRONG_COLUMN_PLAN)
     model.fake.respond_with("RefinedPlan", lambda body: WRONG_COLUMN_PLAN)
-    result = ask(project, question, "viewer", settings={"plan_cache": False, "max_retries": 2})
+    result = ask(project, question, "viewer", settings={"plan_cache": False, "max_retries": 3})
     assert result.status == "error" and result.errors[0].code == "PLAN_INVALID"
-    assert result.sub_queries[0].attempts == 2 and model.fake.calls("RefinedPlan") == 2
+    assert model.fake.calls("RefinedPlan") == 1  # the repeat ends it: no second round of the same plan
+    assert "REFINER_REPEATED" in [w.code for w in result.warnings]
+    prompt = next(r for r in model.fake.requests if model.fake.name_of(r) == "RefinedPlan")["messages"][-1]["content"]
+    assert '"from"' in prompt and '"from_"' not in prompt  # shown as the model writes it
+
+
+def test_a_refiner_that_cycles_between_failed_plans_stops(project: Config, model: ModelScript) -> None:
+    question = "Which genres are there, by name?"
+    other = json.loads(json.dumps(WRONG_COLUMN_PLAN).replace("GenreName", "GenreTitle"))
+    model.plan(question, WRONG_COLUMN_PLAN)
+    model.queue("RefinedPlan", other, WRONG_COLUMN_PLAN, other)
+    result = ask(project, question, "viewer", settings={"plan_cache": False, "max_retries": 5})
+    assert result.status == "error" and model.fake.calls("RefinedPlan") == 2
 
 
 def test_the_call_limit_stops_the_run_and_says_which_limit(project: Config, model: ModelScript) -> None:
@@ -255,6 +234,41 @@ def test_too_many_sub_queries_is_too_broad(project: Config, model: ModelScript) 
     model.decompositions[question] = {"sub_queries": [sub] * 4, "combine": None}
     result = ask(project, question, "analyst", settings={"plan_cache": False})
     assert result.status == "error" and result.errors[0].code == "QUESTION_TOO_BROAD"
+
+
+def test_datasource_ids_are_an_enum_of_what_the_caller_may_ask_and_match_without_case(
+        project: Config, model: ModelScript) -> None:
+    question = "How many tickets did each customer open, with the customer's country?"
+    model.routes[question] = ["Chinook", "SUPPORT"]  # as a model might write them
+    model.decompositions[question] = {
+        "sub_queries": [
+            {"datasource_id": "CHINOOK", "question": "Each customer's id and country", "expected_columns": []},
+            {"datasource_id": "Our Support Desk", "question": "Tickets per customer id", "expected_columns": []},
+            {"datasource_id": "Support", "question": "Tickets per customer id", "expected_columns": []}],
+        "combine": None}
+    model.plans["Each customer's id and country"] = CUSTOMERS_PLAN
+    model.plans["Tickets per customer id"] = TICKETS_PLAN
+    result = ask(project, question, "analyst", settings={"plan_cache": False})
+    assert [sq.datasource_id for sq in result.sub_queries] == ["chinook", "support"]
+    assert "SUB_QUERY_DROPPED" in [w.code for w in result.warnings]  # the one naming no datasource
+    requests = {model.fake.name_of(r): r for r in model.fake.requests}
+    answerability = requests["Answerability"]["response_format"]
+    schema = answerability.get("json_schema", {}).get("schema") or answerability.get("schema")
+    assert set(schema["properties"]["datasource_ids"]["items"]["enum"]) <= {"chinook", "support", "webanalytics"}
+    decomposition = requests["Decomposition"]["response_format"]
+    schema = decomposition.get("json_schema", {}).get("schema") or decomposition.get("schema")
+    assert schema["$defs"]["PlannedSubQuery"]["properties"]["datasource_id"]["enum"] == ["chinook", "support"]
+
+
+def test_an_unanswerable_question_gets_a_fixed_sentence_not_the_models_words(project: Config,
+                                                                             model: ModelScript) -> None:
+    question = "Will it rain tomorrow?"
+    model.unanswerable.add(question)
+    result = ask(project, question, "viewer")
+    assert result.status == "error" and result.errors[0].code == "QUESTION_NOT_ANSWERABLE"
+    shown = result.errors[0].message + (result.errors[0].fix or "")
+    assert "weather" not in shown  # the model's reason stays out of what the asker reads
+    assert "chinook" in shown and "support" not in shown  # what the viewer may ask about, nothing more
 
 
 def test_no_execute_writes_the_sql_and_runs_nothing(project: Config, model: ModelScript) -> None:
@@ -332,14 +346,7 @@ def test_every_log_line_of_a_run_carries_its_trace_id(project: Config, model: Mo
 
     pipeline = dataclasses.replace(declaration.ASK, sub_query=subs)
     question = "How many support tickets did customers open, by customer and country?"
-    model.routes[question] = ["chinook", "support"]
-    model.decompositions[question] = {
-        "sub_queries": [
-            {"datasource_id": "chinook", "question": "Each customer's id and country", "expected_columns": []},
-            {"datasource_id": "support", "question": "Tickets per customer id", "expected_columns": []}],
-        "combine": None}
-    model.plans["Each customer's id and country"] = CUSTOMERS_PLAN
-    model.plans["Tickets per customer id"] = TICKETS_PLAN
+    model.split_by_customer(question)
     from nl2sql.pipeline.inline import run_parallel
     from nl2sql.pipeline.run import drive, finish_run, invoke_step, start_run
 
