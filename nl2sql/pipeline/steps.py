@@ -186,6 +186,9 @@ def validate(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     assert sq.plan is not None
     validated = validate_plan(sq.plan, live.snapshot, scope(ctx.config.policies, state.roles, sq.datasource_id))
     sq.plan, sq.schemas = validated.plan, validated.schemas
+    for repair in validated.repairs:
+        state.warnings.append(RunWarning(code="PLAN_REPAIRED", sub_query_id=sq.id, message=repair.message,
+                                         detail={"repair": repair.code, "at": repair.path}))
     sq.tables = [t.name for t in validated.tables]
 
 

@@ -63,6 +63,8 @@ class ValidatedPlan:
     plan: m.PlanModel
     tables: list[TableInfo]
     schemas: dict[str, str] = field(default_factory=dict)
+    #: What the validator fixed because it had exactly one reading (each worth a warning to the asker).
+    repairs: list[PlanIssue] = field(default_factory=list)
 
 
 @dataclass
@@ -89,6 +91,15 @@ class VisibleNames:
                 return True
             frame = frame.parent
         return False
+
+    def aliases_of(self, table: str) -> list[m.TableRef]:
+        """The references in scope (here or outside) that read the table named `table` under another name."""
+        found, frame = [], self
+        while frame is not None:
+            found += [ref for ref, info in frame.tables.values()
+                      if info is not None and info.name.lower() == table.lower() and ref.name_in_scope != info.name]
+            frame = frame.parent
+        return found
 
     def in_scope(self) -> list[str]:
         names, frame = [], self
@@ -183,6 +194,7 @@ class PlanValidator:
         self.scope = scope
         self.allowed = [t for t in snapshot.tables if scope.allows(t.name, t.schema_name)]
         self.issues: list[PlanIssue] = []
+        self.repairs: list[PlanIssue] = []
         self.read: dict[str, TableInfo] = {}
 
     def issue(self, code: str, message: str, path: str) -> None:
@@ -292,6 +304,12 @@ class PlanValidator:
         if ref.table is None:
             return self._unqualified(ref, frame, clause, path)
         found = frame.lookup(ref.table)
+        aliases = frame.aliases_of(ref.table) if found is None else []
+        if len(aliases) == 1:  # a table's name where it has an alias: one reading only
+            self.repairs.append(PlanIssue("ALIAS_FOR_TABLE_NAME", f"{ref.table}.{ref.column} read as "
+                                          f"{aliases[0].name_in_scope}.{ref.column} (the alias of {ref.table}).", path))
+            ref.table = aliases[0].name_in_scope
+            found = frame.lookup(ref.table)
         if found is None:
             self.issue("UNKNOWN_ALIAS", f"No table or alias {ref.table} is in scope here. In scope: "
                        f"{', '.join(frame.in_scope()) or '(none)'}.", path)
@@ -518,4 +536,4 @@ def validate_plan(plan: m.PlanModel, snapshot: SchemaSnapshot, scope: Scope) -> 
         raise PlanValidationError(validator.issues)
     tables = list(validator.read.values())
     schemas = {t.name: t.schema_name for t in tables if t.schema_name}
-    return ValidatedPlan(plan=resolved, tables=tables, schemas=schemas)
+    return ValidatedPlan(plan=resolved, tables=tables, schemas=schemas, repairs=validator.repairs)

@@ -523,3 +523,28 @@ def test_comparisons_every_engine_takes_are_allowed(snapshot: SchemaSnapshot, sc
                                                      left: dict, right: dict) -> None:
     check(plan(col("i", "Total"), where={"kind": "compare", "op": ">=", "left": left, "right": right}),
           snapshot, scopes["admin"])
+
+
+# --- repairs: what has exactly one reading is fixed and reported ----------------------------------------------
+
+
+def test_a_table_name_where_its_one_alias_is_in_scope_is_repaired(snapshot: SchemaSnapshot,
+                                                                   scopes: dict[str, Scope]) -> None:
+    data = plan(col("Invoice", "Total"), col("customer", "Country"), joins=[CUSTOMER])
+    validated = check(data, snapshot, scopes["analyst"])
+    columns = [item.expr for item in validated.plan.select]
+    assert [(c.table, c.column) for c in columns] == [("i", "Total"), ("c", "Country")]
+    assert [r.code for r in validated.repairs] == ["ALIAS_FOR_TABLE_NAME", "ALIAS_FOR_TABLE_NAME"]
+    assert validated.repairs[0].message == "Invoice.Total read as i.Total (the alias of Invoice)."
+    assert "i.Total" in generate_sql(validated.plan, "sqlite")
+
+
+def test_a_table_name_with_two_aliases_in_scope_is_not_guessed(snapshot: SchemaSnapshot,
+                                                                scopes: dict[str, Scope]) -> None:
+    second = join("Invoice", "j", key(col("j", "InvoiceId"), col("i", "InvoiceId")))
+    error = problems(plan(col("Invoice", "Total"), joins=[second]), snapshot, scopes["analyst"])
+    assert [i.code for i in error.issues] == ["UNKNOWN_ALIAS"]
+
+
+def test_a_plan_without_repairs_reports_none(snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
+    assert check(plan(col("i", "Total")), snapshot, scopes["analyst"]).repairs == []
