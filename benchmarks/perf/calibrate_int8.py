@@ -25,7 +25,6 @@ from types import ModuleType
 
 import numpy as np
 
-from nl2sql.project import load_project
 from nl2sql.config.models import ProfileSettings
 from nl2sql.datasources import adapter_class
 from nl2sql.demo import init_demo
@@ -35,6 +34,7 @@ from nl2sql.index.fuse import fused_model
 from nl2sql.index.quantize import RANGES_FILE, activation_ranges
 from nl2sql.index.service import build_configured
 from nl2sql.index.store import StateStore
+from nl2sql.project import load_project
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE.parent.parent / "nl2sql" / "index" / RANGES_FILE

@@ -236,6 +236,12 @@ class PoliciesConfig(Strict):
 # --- models ------------------------------------------------------------------------------------
 
 
+#: Answer caps when llm.models.<name>.max_tokens is unset: plain text, and structured output (plans are long JSON,
+#: and reasoning models spend part of the cap thinking).
+DEFAULT_MAX_TOKENS = 1024
+DEFAULT_MAX_STRUCTURED_TOKENS = 4096
+
+
 class ModelConfig(Strict):
     """One model endpoint."""
 
@@ -248,9 +254,23 @@ class ModelConfig(Strict):
         default=0.0, description="Sampling temperature; 'none' for models that reject the parameter."
     )
     structured_output: Literal["json_schema", "json_object", "tools"] | None = None
-    timeout_s: float = Field(default=60.0, gt=0)
+    timeout_s: float = Field(
+        default=60.0, gt=0, description="Deadline of one request, connect to last byte; past it the request is cancelled."
+    )
     max_retries: int = Field(default=2, ge=0)
-    max_tokens: int = Field(default=4096, gt=0, description="Answer length cap (Anthropic requires one).")
+    max_tokens: int | None = Field(
+        default=None, gt=0,
+        description=f"Answer length cap sent on every call; unset: {DEFAULT_MAX_TOKENS} for text answers, "
+        f"{DEFAULT_MAX_STRUCTURED_TOKENS} for structured ones.",
+    )
+    max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = Field(
+        default="max_tokens", description="The field the openai wire sends the cap in (OpenAI's o-series and gpt-5 "
+        "take only max_completion_tokens)."
+    )
+    stream_all: bool = Field(
+        default=False, description="Stream every call, not only those that show text as it comes, so a server that "
+        "only notices a client gone mid-stream (llama-cpp-python's) stops generating when a call times out."
+    )
 
 
 class PriceConfig(Strict):

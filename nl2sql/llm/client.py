@@ -24,7 +24,7 @@ from nl2sql.llm.budget import Budget
 from nl2sql.llm.json_schema import strict_json_schema
 from nl2sql.llm.models import CallRecord, LLMError, LLMParseError, LLMResponse, Message, Usage
 from nl2sql.llm.prices import call_cost, price_for
-from nl2sql.llm.wires import BACKOFF_S, AnthropicWire, ChatRequest, OnDelta, OpenAIWire, Wire
+from nl2sql.llm.wires import BACKOFF_S, AnthropicWire, ChatRequest, OnDelta, OpenAIWire, Wire, http_timeout
 
 T = TypeVar("T", bound=BaseModel)
 ENTRY_POINT_GROUP = "nl2sql.llm_providers"
@@ -122,7 +122,7 @@ class LLMClient:
             provider, model, base_url, api_key = self.block_loader(config.block)
             config = config.model_copy(update={"provider": provider, "model": model, "base_url": base_url})
         wire_class = provider_class(config.provider)
-        http = self.http or httpx.Client(timeout=httpx.Timeout(config.timeout_s, connect=10.0))
+        http = self.http or httpx.Client(timeout=http_timeout(config.timeout_s))
         return wire_class(name, config, api_key=api_key, http=http, backoff_s=self.backoff_s)
 
     # --- calls ---------------------------------------------------------------------------------

@@ -5,7 +5,13 @@ Answers come from a table keyed by the structured output's schema name (the tool
 tool calls, `text` for plain completions), scripted per test: a queue of answers per name, or a
 function of the request (to answer by case). An answer can be a dict (sent as JSON), a string
 (sent as is: malformed JSON, or text), or a FakeAnswer with canned usage (cached and reasoning
-tokens included, or none at all), an HTTP status to fail with, or a delay to trigger a timeout.
+tokens included, or none at all), an HTTP status to fail with, or a delay to trigger a timeout
+(before answering, or between streamed pieces).
+
+While it waits, a server watches its client: one that goes away ends the answer there and is
+noted in `disconnects`, as a real server that cancels a gone client's generation does. With
+`one_at_a_time=True` it serves one request at a time, like a local server with a single slot, so
+a request whose client is still connected holds up the next one.
 
     with FakeLLMServer() as server:
         server.answer("PlanModel", {"select": [...], "from": {...}})
@@ -16,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import select
+import socket
 import threading
 import time
 from collections import defaultdict, deque
@@ -39,13 +47,19 @@ class FakeAnswer:
     usage: dict[str, Any] | object | None = DEFAULT_USAGE
     status: int = 200
     error: str = "scripted failure"
-    delay_s: float = 0.0
+    delay_s: float = 0.0  # before answering
+    pace_s: float = 0.0  # between streamed pieces
     headers: dict[str, str] = field(default_factory=dict)
     finish_reason: str = "stop"  # "length" to act out an answer cut at max_tokens
 
 
 Script = FakeAnswer | dict | list | str
 Responder = Callable[[dict[str, Any]], Script]
+WATCH_S = 0.01  # how often a waiting server looks for its client
+
+
+class ClientGone(Exception):
+    """The client closed its connection before the answer was complete."""
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -57,8 +71,25 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length") or 0)
         body = json.loads(self.rfile.read(length) or b"{}")
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout)
-            self.server.owner.handle(self, body)
+        self.server.owner.serve(self, body)
+
+    def connected(self) -> bool:
+        """Whether the client still holds the connection (a closed one reads as end of file)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return not readable or self.connection.recv(1, socket.MSG_PEEK) != b""
+        except OSError:
+            return False
+
+    def wait(self, seconds: float) -> None:
+        """Sleep `seconds`, raising ClientGone as soon as the client leaves."""
+        until = time.monotonic() + seconds
+        while (left := until - time.monotonic()) > 0:
+            if not self.connected():
+                raise ClientGone
+            time.sleep(min(WATCH_S, left))
+        if not self.connected():
+            raise ClientGone
 
 
 class _Server(ThreadingHTTPServer):
@@ -71,11 +102,15 @@ class _FakeServer:
 
     path = "/"
 
-    def __init__(self) -> None:
+    def __init__(self, *, one_at_a_time: bool = False) -> None:
         self._queues: dict[str, deque[Script]] = defaultdict(deque)
         self._responders: dict[str, Responder] = {}
         self._lock = threading.Lock()
+        self._slot = threading.Lock() if one_at_a_time else contextlib.nullcontext()
+        self._gone = threading.Condition()
         self.requests: list[dict[str, Any]] = []
+        #: Schema names of the requests whose client left before the answer was complete, in order.
+        self.disconnects: list[str] = []
         self._server: _Server | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -127,12 +162,19 @@ class _FakeServer:
         """How many requests arrived (for one schema name, or in all)."""
         return sum(1 for r in self.requests if name is None or self.name_of(r) == name)
 
+    def wait_for_disconnects(self, count: int = 1, timeout: float = 5.0) -> bool:
+        """Wait until `count` clients have left mid-answer; whether they did within `timeout` seconds."""
+        with self._gone:
+            return self._gone.wait_for(lambda: len(self.disconnects) >= count, timeout)
+
     def reset(self) -> None:
-        """Forget scripts and the request log."""
+        """Forget scripts, the request log and the disconnects."""
         with self._lock:
             self._queues.clear()
             self._responders.clear()
             self.requests.clear()
+        with self._gone:
+            self.disconnects.clear()
 
     def _next(self, name: str, body: dict[str, Any]) -> FakeAnswer:
         with self._lock:
@@ -148,12 +190,23 @@ class _FakeServer:
     def name_of(self, body: dict[str, Any]) -> str:  # pragma: no cover - per wire
         raise NotImplementedError
 
+    def serve(self, handler: _Handler, body: dict[str, Any]) -> None:
+        """Serve one request (after the one in the slot, when serving one at a time), noting a client that left."""
+        with self._slot:
+            try:
+                self.handle(handler, body)
+            except (ClientGone, BrokenPipeError, ConnectionResetError):
+                with self._gone:
+                    self.disconnects.append(self.name_of(body))
+                    self._gone.notify_all()
+                handler.close_connection = True
+
     def handle(self, handler: _Handler, body: dict[str, Any]) -> None:
         """Serve one request from the script."""
         self.requests.append(body)
         answer = self._next(self.name_of(body), body)
         if answer.delay_s:
-            time.sleep(answer.delay_s)
+            handler.wait(answer.delay_s)
         if answer.status != 200:
             self._send_json(handler, answer.status, {"error": {"message": answer.error, "type": "fake"}},
                             answer.headers)
@@ -161,7 +214,7 @@ class _FakeServer:
         text = answer.content if isinstance(answer.content, str) else json.dumps(answer.content)
         usage = self.default_usage(body, text) if answer.usage is DEFAULT_USAGE else answer.usage
         if body.get("stream"):
-            self._stream(handler, body, text, usage)
+            self._stream(handler, body, text, usage, answer)
         else:
             payload = self.completion(body, text, usage)
             if answer.finish_reason != "stop":
@@ -179,11 +232,13 @@ class _FakeServer:
         handler.end_headers()
         handler.wfile.write(data)
 
-    def _stream(self, handler: _Handler, body: dict[str, Any], text: str, usage: Any) -> None:
+    def _stream(self, handler: _Handler, body: dict[str, Any], text: str, usage: Any, answer: FakeAnswer) -> None:
         handler.send_response(200)
         handler.send_header("Content-Type", "text/event-stream")
         handler.end_headers()
-        for event in self.stream_events(body, text, usage):
+        for i, event in enumerate(self.stream_events(body, text, usage, finish_reason=answer.finish_reason)):
+            if i and answer.pace_s:
+                handler.wait(answer.pace_s)
             handler.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
             handler.wfile.flush()
         handler.wfile.write(b"data: [DONE]\n\n")
@@ -194,7 +249,8 @@ class _FakeServer:
     def completion(self, body: dict[str, Any], text: str, usage: Any) -> dict[str, Any]:  # pragma: no cover
         raise NotImplementedError
 
-    def stream_events(self, body: dict[str, Any], text: str, usage: Any) -> list[dict[str, Any]]:  # pragma: no cover
+    def stream_events(self, body: dict[str, Any], text: str, usage: Any, *,
+                      finish_reason: str = "stop") -> list[dict[str, Any]]:  # pragma: no cover - per wire
         raise NotImplementedError
 
     def mark_cut(self, payload: dict[str, Any]) -> None:  # pragma: no cover - per wire
@@ -252,8 +308,9 @@ class FakeLLMServer(_FakeServer):
         """Say the answer stopped at the length limit."""
         payload["choices"][0]["finish_reason"] = "length"
 
-    def stream_events(self, body: dict[str, Any], text: str, usage: Any) -> list[dict[str, Any]]:
-        """chat.completion.chunk events, then a usage chunk when the client asked for it."""
+    def stream_events(self, body: dict[str, Any], text: str, usage: Any, *,
+                      finish_reason: str = "stop") -> list[dict[str, Any]]:
+        """chat.completion.chunk events (the last with the finish reason), then a usage chunk when asked for."""
         tools = body.get("tools") or []
         events = []
         for piece in _pieces(text):
@@ -261,6 +318,8 @@ class FakeLLMServer(_FakeServer):
             if tools:
                 delta = {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
             events.append({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]})
+        events[-1]["choices"][0]["finish_reason"] = "length" if finish_reason == "length" else (
+            "tool_calls" if tools else "stop")
         if usage is not None and (body.get("stream_options") or {}).get("include_usage"):
             events.append({"object": "chat.completion.chunk", "choices": [], "usage": usage})
         return events
@@ -305,7 +364,8 @@ class FakeAnthropicServer(_FakeServer):
         """Say the answer stopped at max_tokens."""
         payload["stop_reason"] = "max_tokens"
 
-    def stream_events(self, body: dict[str, Any], text: str, usage: Any) -> list[dict[str, Any]]:
+    def stream_events(self, body: dict[str, Any], text: str, usage: Any, *,
+                      finish_reason: str = "stop") -> list[dict[str, Any]]:
         """message_start, content block deltas (text or partial JSON), message_delta with output usage."""
         usage = usage or {}
         tools = body.get("tools") or []
@@ -314,6 +374,8 @@ class FakeAnthropicServer(_FakeServer):
         kind = "input_json_delta" if tools else "text_delta"
         key = "partial_json" if tools else "text"
         events += [{"type": "content_block_delta", "index": 0, "delta": {"type": kind, key: p}} for p in _pieces(text)]
-        events.append({"type": "message_delta", "usage": {k: v for k, v in usage.items() if k == "output_tokens"}})
+        stop = "max_tokens" if finish_reason == "length" else "tool_use" if tools else "end_turn"
+        events.append({"type": "message_delta", "delta": {"stop_reason": stop},
+                       "usage": {k: v for k, v in usage.items() if k == "output_tokens"}})
         events.append({"type": "message_stop"})
         return events

@@ -4,21 +4,28 @@ httpx is used directly rather than the vendors' SDKs: one small dependency (alre
 the same retry, timeout and error rules on both wires, per-endpoint structured-output modes
 (llama.cpp's server only takes `json_object` with a schema), and the usage fields read exactly
 as reported, so an unreported count stays None.
+
+`timeout_s` is one deadline per request, from connecting to the last byte, kept while an answer
+streams in as well as while waiting for it: past it the connection is shut, so the server sees its
+client leave and can stop generating (servers keep generating for a client that only stopped
+reading, and a one-slot local server would queue the next call behind it).
 """
 
 from __future__ import annotations
 
 import json
 import random
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import httpx
 
-from nl2sql.config.models import ModelConfig
+from nl2sql.config.models import DEFAULT_MAX_STRUCTURED_TOKENS, DEFAULT_MAX_TOKENS, ModelConfig
 from nl2sql.config.reading import MAX_DEPTH, loads_json
 from nl2sql.llm.models import (
     LLMAuthError,
@@ -38,6 +45,8 @@ BACKOFF_S = 0.5
 #: How deep a provider's response may nest: a structured answer's MAX_DEPTH plus the wire's own envelope.
 ENVELOPE_DEPTH = MAX_DEPTH + 8
 MAX_BACKOFF_S = 30.0
+#: Longest wait for a connection; a shorter timeout_s bounds it too.
+CONNECT_TIMEOUT_S = 10.0
 
 OnDelta = Callable[[str], None]
 
@@ -56,6 +65,72 @@ def _opt_int(value: Any) -> int | None:
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+def http_timeout(seconds: float) -> httpx.Timeout:
+    """httpx timeouts for a request with `seconds` left: each wait bounded by them, connecting by CONNECT_TIMEOUT_S."""
+    seconds = max(seconds, 0.001)
+    return httpx.Timeout(seconds, connect=min(CONNECT_TIMEOUT_S, seconds))
+
+
+class Deadline:
+    """One request's deadline; once the response has started, a timer shuts its socket when the deadline passes.
+
+    Shutting the socket (rather than only giving up reading) wakes a read blocked on it and sends the
+    server a FIN at once, whichever thread is reading; the response is then closed by its reader.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.at = time.monotonic() + seconds
+        self.cut = False
+        self._lock = threading.Lock()
+        self._done = False
+        self._sock: socket.socket | None = None
+        self._timer: threading.Timer | None = None
+
+    def left(self) -> float:
+        """Seconds before the deadline (negative once past)."""
+        return self.at - time.monotonic()
+
+    @property
+    def passed(self) -> bool:
+        """Whether the deadline has passed (or the timer already cut the connection)."""
+        return self.cut or self.left() <= 0
+
+    def watch(self, response: httpx.Response) -> None:
+        """Cut `response`'s connection at the deadline."""
+        stream = response.extensions.get("network_stream")
+        get_extra_info = getattr(stream, "get_extra_info", None)
+        sock = get_extra_info("socket") if get_extra_info is not None else None
+        self._sock = sock if isinstance(sock, socket.socket) else None
+        self._timer = threading.Timer(max(self.left(), 0.0), self._cut)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _cut(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self.cut = True
+            if self._sock is not None:
+                with suppress(OSError):  # the base method: an SSL socket's own shutdown would unwrap it under its reader
+                    socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
+
+    def stop(self) -> None:
+        """Stop watching (before the response is closed, so the timer never touches a closed socket)."""
+        with self._lock:
+            self._done = True
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def lines(self, response: httpx.Response) -> Iterator[str]:
+        """The response's lines, stopping at the deadline where no socket could be watched (HTTP/2, mock transports)."""
+        for line in response.iter_lines():
+            if self.passed:
+                raise httpx.ReadTimeout("the request's deadline passed while the answer streamed in")
+            yield line
+        if self.cut:  # a body read until the connection closes just ends when it is cut
+            raise httpx.ReadTimeout("the request's deadline passed while the answer streamed in")
+
+
 class Wire:
     """Shared HTTP behaviour: retries with backoff on 429/5xx, timeouts, and one error per failure."""
 
@@ -69,7 +144,7 @@ class Wire:
         self.config = config
         self.api_key = api_key if api_key is not None else (
             config.api_key.get_secret_value() if config.api_key else None)
-        self.http = http or httpx.Client(timeout=httpx.Timeout(config.timeout_s, connect=10.0))
+        self.http = http or httpx.Client(timeout=http_timeout(config.timeout_s))
         self.backoff_s = backoff_s
 
     # subclasses provide these
@@ -100,38 +175,71 @@ class Wire:
 
     # --- calls ---------------------------------------------------------------------------------
 
+    def max_tokens(self, request: ChatRequest) -> int:
+        """The answer cap of a call: llm.models.<name>.max_tokens, else the default for text or structured output."""
+        if self.config.max_tokens is not None:
+            return self.config.max_tokens
+        return DEFAULT_MAX_STRUCTURED_TOKENS if request.json_schema is not None else DEFAULT_MAX_TOKENS
+
+    def streams(self, on_delta: OnDelta | None) -> bool:
+        """Whether a call is streamed: when the caller shows text as it comes, or for every call with stream_all."""
+        return on_delta is not None or self.config.stream_all
+
     def complete(self, request: ChatRequest, *, on_delta: OnDelta | None = None) -> LLMResponse:
-        """One call, streamed when `on_delta` is given; retried on 429/5xx and connection errors."""
+        """One call, streamed when `on_delta` is given (or stream_all is set); retried on 429/5xx and connection errors.
+
+        Each request has timeout_s from connecting to its last byte; past it the connection is cut and LLMTimeout
+        raised (never retried).
+        """
         started = time.perf_counter()
-        stream = on_delta is not None
+        stream = self.streams(on_delta)
         body = self.body(request, stream=stream)
-        with self._send(request.node, body, stream=stream) as response:
+        with self._send(request.node, body) as (response, deadline):
             try:
                 if stream:
-                    text, usage = self.parse_stream(response.iter_lines(), on_delta, request)
+                    text, usage = self.parse_stream(deadline.lines(response), on_delta, request)
                     raw: dict[str, Any] = {}
                 else:
+                    response.read()
+                    if deadline.cut:
+                        raise httpx.ReadTimeout("the request's deadline passed")
                     raw = loads_json(response.text, max_depth=ENVELOPE_DEPTH)
                     text, usage = self.parse(raw, request)
-            except httpx.TimeoutException as exc:
-                raise self._timeout(request.node) from exc
-            except (KeyError, IndexError, TypeError, ValueError) as exc:
-                raise LLMProviderError(
-                    f"{self.where(request.node)} answered in an unexpected format ({type(exc).__name__}: {exc}).",
-                    fix="Check that base_url points at an OpenAI-compatible (or Anthropic) endpoint.",
-                    node=request.node) from exc
+            except LLMError:
+                raise
+            except Exception as exc:
+                raise self._failed_mid_answer(request.node, exc, deadline) from exc
         return LLMResponse(text=text, usage=usage, model=self.config.model, provider=self.provider,
                            latency_ms=(time.perf_counter() - started) * 1000,
                            structured_mode=self.mode if request.json_schema else None, raw=raw)
 
+    def _failed_mid_answer(self, node: str, exc: Exception, deadline: Deadline) -> Exception:
+        """The error for a failure while reading an answer: a timeout when the deadline cut it, else what went wrong."""
+        if deadline.passed or isinstance(exc, httpx.TimeoutException):
+            return self._timeout(node)
+        if isinstance(exc, KeyError | IndexError | TypeError | ValueError):
+            return LLMProviderError(
+                f"{self.where(node)} answered in an unexpected format ({type(exc).__name__}: {exc}).",
+                fix="Check that base_url points at an OpenAI-compatible (or Anthropic) endpoint.", node=node)
+        if isinstance(exc, httpx.TransportError):
+            return LLMProviderError(f"{self.where(node)} dropped the connection mid-answer: {exc}.",
+                                    fix="Retry; if it persists, check the server's logs.", node=node)
+        return exc
+
     @contextmanager
-    def _send(self, node: str, body: dict[str, Any], *, stream: bool) -> Iterator[httpx.Response]:
+    def _send(self, node: str, body: dict[str, Any]) -> Iterator[tuple[httpx.Response, Deadline]]:
+        """POST `body` (retrying 429/5xx and connection errors); yields the open response and its deadline.
+
+        The response is always opened as a stream, so its body is read under the deadline's watch; leaving the
+        block stops the watch and closes the response (an unfinished one takes its connection with it).
+        """
         attempt = 0
         while True:
+            deadline = Deadline(self.config.timeout_s)
             try:
                 request = self.http.build_request("POST", self.url(), json=body, headers=self.headers(),
-                                                  timeout=httpx.Timeout(self.config.timeout_s, connect=10.0))
-                response = self.http.send(request, stream=stream)
+                                                  timeout=http_timeout(deadline.left()))
+                response = self.http.send(request, stream=True)
             except httpx.TimeoutException as exc:
                 raise self._timeout(node) from exc
             except httpx.TransportError as exc:
@@ -142,14 +250,21 @@ class Wire:
                 raise LLMProviderError(f"{self.where(node)} cannot be reached: {exc}.",
                                        fix="Check base_url and that the server is running.", node=node) from exc
             if response.status_code < 400:
+                deadline.watch(response)
                 try:
-                    yield response
+                    yield response, deadline
                 finally:
+                    deadline.stop()
                     response.close()
                 return
-            if stream:
+            try:
+                deadline.watch(response)
                 response.read()
-            response.close()
+            except httpx.HTTPError:
+                pass  # the status says enough; the detail is optional
+            finally:
+                deadline.stop()
+                response.close()
             retryable = response.status_code == 429 or response.status_code >= 500
             if retryable and attempt < self.config.max_retries:
                 attempt += 1
@@ -170,8 +285,11 @@ class Wire:
                                 fix=f"Raise llm.models.{self.name}.max_tokens.", node=node)
 
     def _timeout(self, node: str) -> LLMTimeout:
-        return LLMTimeout(f"{self.where(node)} did not answer within {self.config.timeout_s:g} s.",
-                          fix=f"Raise llm.models.{self.name}.timeout_s, or use a faster model for {node}.", node=node)
+        return LLMTimeout(
+            f"{self.where(node)} did not finish its answer within {self.config.timeout_s:g} s (timeout_s); "
+            "the request was cancelled.",
+            fix=f"Raise llm.models.{self.name}.timeout_s, lower llm.models.{self.name}.max_tokens, "
+            f"or use a faster model for the {node}.", node=node)
 
     def _status_error(self, node: str, response: httpx.Response, *, attempts: int) -> LLMError:
         status = response.status_code
@@ -194,7 +312,7 @@ class Wire:
 def _error_detail(response: httpx.Response) -> str:
     try:
         data = loads_json(response.text, max_depth=ENVELOPE_DEPTH)
-    except ValueError:
+    except (ValueError, httpx.StreamError):  # not JSON, or a body that could not be read
         return ""
     error = data.get("error") if isinstance(data, dict) else None
     message = error.get("message") if isinstance(error, dict) else error if isinstance(error, str) else None
@@ -227,9 +345,10 @@ class OpenAIWire(Wire):
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def body(self, request: ChatRequest, *, stream: bool) -> dict[str, Any]:
-        """The request body, with the structured-output mode this endpoint takes."""
+        """The request body: the answer cap (in the field the endpoint takes), the structured-output mode it takes."""
         body: dict[str, Any] = {"model": self.config.model,
-                                "messages": [{"role": m.role, "content": m.content} for m in request.messages]}
+                                "messages": [{"role": m.role, "content": m.content} for m in request.messages],
+                                self.config.max_tokens_param: self.max_tokens(request)}
         if isinstance(self.config.temperature, int | float):
             body["temperature"] = self.config.temperature
         if stream:
@@ -260,13 +379,15 @@ class OpenAIWire(Wire):
 
     def parse_stream(self, lines: Iterator[str], on_delta: OnDelta | None,
                      request: ChatRequest) -> tuple[str, Usage]:
-        """Deltas as they arrive; usage from the final chunk when the server sends one."""
+        """Deltas as they arrive; usage from the usage chunk (asked for by stream_options) when the server sends one."""
         parts: list[str] = []
         usage = Usage()
+        cut = False
         for chunk in _sse_data(lines):
             if chunk.get("usage"):
                 usage = self.usage(chunk["usage"])
             for choice in chunk.get("choices") or []:
+                cut = cut or choice.get("finish_reason") == "length"
                 delta = choice.get("delta") or {}
                 piece = delta.get("content") or "".join(
                     (c.get("function") or {}).get("arguments") or "" for c in delta.get("tool_calls") or [])
@@ -274,6 +395,8 @@ class OpenAIWire(Wire):
                     parts.append(piece)
                     if on_delta is not None:
                         on_delta(piece)
+        if cut:
+            raise self._truncated(request.node)
         return "".join(parts), usage
 
     @staticmethod
@@ -317,7 +440,7 @@ class AnthropicWire(Wire):
         """System text apart, the rest as messages; a schema becomes a tool the model must call."""
         system = "\n\n".join(m.content for m in request.messages if m.role == "system")
         body: dict[str, Any] = {
-            "model": self.config.model, "max_tokens": self.config.max_tokens,
+            "model": self.config.model, "max_tokens": self.max_tokens(request),
             "messages": [{"role": m.role, "content": m.content} for m in request.messages if m.role != "system"],
         }
         if system:
@@ -346,12 +469,14 @@ class AnthropicWire(Wire):
         """Text and input_json deltas; usage from message_start and message_delta."""
         parts: list[str] = []
         usage: dict[str, Any] = {}
+        cut = False
         for event in _sse_data(lines):
             kind = event.get("type")
             if kind == "message_start":
                 usage.update((event.get("message") or {}).get("usage") or {})
-            elif kind == "message_delta":
-                usage.update(event.get("usage") or {})
+            elif kind == "message_delta":  # counts so far (output_tokens at least), replacing message_start's
+                usage.update({k: v for k, v in (event.get("usage") or {}).items() if v is not None})
+                cut = cut or (event.get("delta") or {}).get("stop_reason") == "max_tokens"
             elif kind == "content_block_delta":
                 delta = event.get("delta") or {}
                 piece = delta.get("text") or delta.get("partial_json") or ""
@@ -359,6 +484,8 @@ class AnthropicWire(Wire):
                     parts.append(piece)
                     if on_delta is not None and delta.get("type") == "text_delta":
                         on_delta(piece)
+        if cut:
+            raise self._truncated(request.node)
         return "".join(parts), self.usage(usage)
 
     @staticmethod
