@@ -117,10 +117,50 @@ When results must be combined, give combine: join (rows matched on keys), compar
 or union (rows stacked); a join key is a column each side returns, holding the same values (e.g. a customer id).
 Use at most {max_sub_queries} sub-queries."""
 
-PLANNER_SYSTEM = """You write a query plan (JSON matching the schema) that answers the question from the tables below.
+#: The plan language as the model must write it, in every structured-output mode (a server that only constrains
+#: decoding never shows the model the JSON schema): a compact grammar and one worked example over tables of no
+#: datasource of the engine's, so it teaches the shape and nothing an eval measures.
+PLAN_LANGUAGE = """The plan is one JSON object:
+{"select": [{"expr": EXPR, "alias": "name"}, ...], "from": {"table": "T", "alias": "t"},
+ "joins": [{"type": "inner"|"left", "table": {"table": "U", "alias": "u"},
+            "on": [{"left": COLUMN, "right": COLUMN}]}],
+ "where": COND|null, "group_by": [EXPR], "having": COND|null,
+ "order_by": [{"expr": EXPR, "direction": "asc"|"desc"}], "limit": N|null, "offset": N|null, "distinct": false}
+EXPR, by "kind":
+ column {"kind":"column","table":"t","column":"C"}  (table: the alias given in from/joins)
+ literal {"kind":"literal","value":1}  aggregate {"kind":"aggregate","func":"count|sum|avg|min|max","arg":EXPR|null,
+ "distinct":false} (arg null: COUNT(*))  arithmetic {"kind":"arithmetic","op":"+|-|*|/","left":EXPR,"right":EXPR}
+ function {"kind":"function","name":"round|coalesce|abs|lower|upper|length|nullif|concat","args":[EXPR]}
+ case {"kind":"case","whens":[{"condition":COND,"then":EXPR}],"otherwise":EXPR|null}
+ date_part {"kind":"date_part","part":"year|quarter|month|day|hour|minute|day_of_week","arg":EXPR}
+ date_trunc {"kind":"date_trunc","unit":"year|quarter|month|week|day","arg":EXPR}
+ window {"kind":"window","func":"row_number|rank|dense_rank|sum|avg|count|min|max","arg":EXPR|null,
+ "partition_by":[EXPR],"order_by":[ORDER]}  subquery {"kind":"subquery","plan":PLAN}
+COND, by "kind": compare {"op":"=|<>|<|<=|>|>=","left":EXPR,"right":EXPR}; in {"expr","values":[EXPR],"negated"};
+ between {"expr","low","high","negated"}; like {"expr","pattern","case_insensitive","negated"};
+ is_null {"expr","negated"}; and/or {"conditions":[COND]}; not {"condition"}; in_subquery {"expr","plan","negated"};
+ exists {"plan","negated"}.
+Example, for tables orders(order_id, customer_id, amount, placed_on) and customers(customer_id, region):
+"Total order amount per region in 2020, largest first" is
+{"select": [{"expr": {"kind": "column", "table": "c", "column": "region"}, "alias": "region"},
+  {"expr": {"kind": "aggregate", "func": "sum", "arg": {"kind": "column", "table": "o", "column": "amount"},
+   "distinct": false}, "alias": "total_amount"}],
+ "from": {"table": "orders", "alias": "o"},
+ "joins": [{"type": "inner", "table": {"table": "customers", "alias": "c"},
+   "on": [{"left": {"kind": "column", "table": "o", "column": "customer_id"},
+           "right": {"kind": "column", "table": "c", "column": "customer_id"}}]}],
+ "where": {"kind": "compare", "op": "=", "left": {"kind": "date_part", "part": "year",
+   "arg": {"kind": "column", "table": "o", "column": "placed_on"}}, "right": {"kind": "literal", "value": 2020}},
+ "group_by": [{"kind": "column", "table": "c", "column": "region"}], "having": null,
+ "order_by": [{"expr": {"kind": "column", "table": null, "column": "total_amount"}, "direction": "desc"}],
+ "limit": null, "offset": null, "distinct": false}"""
+
+PLANNER_SYSTEM = """You write a query plan (JSON) that answers the question from the tables below.
 Use only the tables and columns listed, with their exact names. Dialect: {dialect}.
 Give each output column a short snake_case alias; return the expected columns when they are listed.
-Break ties in ordering on a key column. Use a LIMIT only when the question asks for a number of rows."""
+Break ties in ordering on a key column. Use a LIMIT only when the question asks for a number of rows.
+
+""" + PLAN_LANGUAGE.replace("{", "{{").replace("}", "}}")
 
 REFINER_SYSTEM = PLANNER_SYSTEM + """
 Your previous plan failed. Read the errors and return a corrected plan."""

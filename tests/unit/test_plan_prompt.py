@@ -1,0 +1,34 @@
+"""The planner is shown the plan language in every structured-output mode, and its worked example is a valid plan
+over tables of no configured datasource (it teaches the shape, nothing an eval measures)."""
+
+from __future__ import annotations
+
+import json
+
+from nl2sql.config import Config
+from nl2sql.pipeline import prompts
+from nl2sql.plan import PlanModel
+
+
+def worked_example() -> PlanModel:
+    text = prompts.planner_messages("q", "t(a)", "sqlite")[0].content
+    return PlanModel.model_validate(json.loads(text[text.index(" is\n{") + 4:]))
+
+
+def test_the_planner_prompt_shows_the_plan_language_and_a_valid_example() -> None:
+    system = prompts.planner_messages("q", "t(a)", "duckdb")[0].content
+    assert '"kind":"aggregate"' in system and "Dialect: duckdb." in system
+    plan = worked_example()
+    assert plan.from_.alias == "o" and plan.joins[0].table.alias == "c"
+
+
+def test_the_worked_example_reads_no_table_of_the_demo(demo_config: Config, demo_index) -> None:
+    tables = {t.table for t in [worked_example().from_, *(j.table for j in worked_example().joins)]}
+    demo_tables = {t.name.lower() for ds in demo_config.datasources
+                   for t in demo_index.live(ds.id).snapshot.tables}
+    assert not {t.lower() for t in tables} & demo_tables
+
+
+def test_the_refiner_is_shown_the_plan_language_too() -> None:
+    system = prompts.refiner_messages("q", "t(a)", "sqlite", None, ["E: x"])[0].content
+    assert '"kind":"aggregate"' in system and "Your previous plan failed" in system
