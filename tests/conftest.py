@@ -1,4 +1,5 @@
-"""Fixtures shared by every test: the demo project (built once per session) and PostgreSQL."""
+"""Fixtures shared by every test: the demo project (built once per session) and PostgreSQL; the fake model
+server and the demo project wired to it (per module) from tests/support/fixtures.py."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from nl2sql.project import load_project
 
 # Before anything imports Prefect: its home inside the repository's (ignored) state folder, no telemetry.
 prepare_prefect_env(Path(__file__).resolve().parent.parent / ".nl2sql" / "tests")
+
+pytest_plugins = ["tests.support.fixtures"]
 
 
 @pytest.fixture(scope="session")

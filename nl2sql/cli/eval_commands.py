@@ -34,10 +34,16 @@ def eval_run_command(
     baseline: Annotated[Path | None, typer.Option("--baseline", help="A report, a record, or a folder of records "
                                                   "(the newest comparable one is used).")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Write the report as JSON.")] = None,
+    case: Annotated[list[str] | None, typer.Option("--case", help="Only this case id (repeat).")] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", help="Only cases with this tag (repeat: any of them).")]
+    = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="Only the first N selected cases, in suite "
+                                              "order.")] = None,
 ) -> None:
-    """Run a suite; exit 0 ok, 1 a regression (or, in mode plans, a failing run), 2 usage or series break, 3 the
-    dollar cap stopped the run."""
+    """Run a suite (or a slice of it: --case, --tag, --limit); exit 0 ok, 1 a regression (or, in mode plans, a
+    failing run), 2 usage or series break, 3 the dollar cap stopped the run."""
     from nl2sql.config import config_path
+    from nl2sql.evaluation.run import select_cases
     from nl2sql.evaluation.suite import checked_suite
     from nl2sql.prefect_env import prepare_prefect_env
     from nl2sql.project import load_project
@@ -57,7 +63,12 @@ def eval_run_command(
 
     role = acting_roles(cfg.policies, user, role)
     _check_roles(cfg, role)
-    checked_suite(suite, cfg, reflect=True, block_loader=block_loader)  # every problem before any case runs
+    # every problem before any case runs: the suite, the selection, the model configs
+    loaded = checked_suite(suite, cfg, reflect=True, block_loader=block_loader)
+    select_cases(loaded, ids=case, tags=tag, limit=limit)
+    if llm and mode != "full":
+        raise typer.BadParameter("model configs are for mode full", param_hint="--llm")
+    _check_llm_specs(llm or [])
     prepare_prefect_env(cfg.state_dir)
     quiet_prefect()
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
@@ -66,7 +77,7 @@ def eval_run_command(
 
     with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
         report = eval_run(mode, str(suite.resolve()), config=str(path), roles=role, llm=llm, passes=passes,
-                          max_cost_usd=max_cost)
+                          max_cost_usd=max_cost, ids=case, tags=tag, limit=limit)
         drain_prefect()
     if out:
         out.write_text(json.dumps(report, indent=2) + "\n")
@@ -84,6 +95,21 @@ def eval_run_command(
     if baseline is not None and code != 3:
         code = max(code, _gate(report, baseline, cfg))
     raise typer.Exit(code)
+
+
+def _check_llm_specs(specs: list[str]) -> None:
+    """Every --llm loads (all problems at once, a usage error before anything runs)."""
+    from nl2sql.errors import ConfigError
+    from nl2sql.evaluation.run import load_llm
+
+    problems = []
+    for spec in specs:
+        try:
+            load_llm(spec)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise ConfigError(problems)
 
 
 def _check_roles(config: object, roles: list[str] | None) -> None:
@@ -120,8 +146,10 @@ def _gate(report: dict, baseline: Path, config: object) -> int:
     style = "green" if result.ok else "red"
     console.print(f"[{style}]gate[/] against {escape(str(where))}: {escape(result.reason)}")
     for name, g in result.configs.items():
+        sliced = f" (a slice: {g.compared} of the baseline's {g.baseline_cases} cases compared)" if (
+            report["suite"].get("selection")) else ""
         console.print(f"  {name}: lost {len(g.lost)}, gained {len(g.gained)}, p = {g.p_value:.4f}; accuracy "
-                      f"{g.baseline_accuracy} → {g.accuracy}")
+                      f"{g.baseline_accuracy} → {g.accuracy}{sliced}")
     return result.exit_code
 
 
@@ -144,10 +172,13 @@ def eval_publish_command(
     note: Annotated[str | None, typer.Option("--note", help="What changed, kept in the records.")] = None,
 ) -> None:
     """Write records for the reports, then rebuild docs/benchmarks.md and the README's results from every record."""
-    from nl2sql.evaluation.records import publish, write_records
+    from nl2sql.evaluation.records import check_recordable, publish, write_records
 
-    for report in reports or []:
-        for path in write_records(json.loads(report.read_text()), root, note=note):
+    loaded = [(report, json.loads(report.read_text())) for report in reports or []]
+    for report, data in loaded:  # every report checked before any record is written
+        check_recordable(data, str(report))
+    for _report, data in loaded:
+        for path in write_records(data, root, note=note):
             console.print(f"recorded {escape(str(path))}")
     publish(root, Path("docs/benchmarks.md"), Path("README.md"))
     console.print("Rebuilt docs/benchmarks.md and the README's results.")

@@ -1,7 +1,8 @@
 """The regression gate: a run against a baseline, case by case.
 
 Only comparable runs are compared (same mode, suite digest and schema fingerprint; anything else is a
-series break). A case passes on execution accuracy when every pass of it passed. Modes plans and
+series break), and only on the cases both hold: a run sliced with `--case`, `--tag` or `--limit` is
+gated on the cases it ran, never on the ones it skipped. A case passes on execution accuracy when every pass of it passed. Modes plans and
 retrieval allow no flip from pass to fail; mode full allows `gate.max_regressions`, and fails when it
 lost more cases than it gained with McNemar's exact two-sided p below `gate.alpha`.
 
@@ -31,6 +32,9 @@ class ConfigGate(BaseModel):
     baseline_accuracy: float | None = None
     regressed: bool = False
     why: str | None = None
+    #: Cases (case/role) compared: those both runs hold; fewer than the baseline's for a sliced run.
+    compared: int = 0
+    baseline_cases: int = 0
 
 
 class GateResult(BaseModel):
@@ -98,7 +102,8 @@ def run_gate(report: Mapping[str, Any], baseline: Mapping[str, Any], *, max_regr
         gate = ConfigGate(lost=[k for k in keys if before[k] and not now[k]],
                           gained=[k for k in keys if now[k] and not before[k]],
                           accuracy=round(sum(now[k] for k in keys) / len(keys), 4) if keys else None,
-                          baseline_accuracy=round(sum(before[k] for k in keys) / len(keys), 4) if keys else None)
+                          baseline_accuracy=round(sum(before[k] for k in keys) / len(keys), 4) if keys else None,
+                          compared=len(keys), baseline_cases=len(before))
         gate.p_value = mcnemar_exact(len(gate.lost), len(gate.gained))
         if len(gate.lost) > allowed:
             gate.regressed, gate.why = True, f"{len(gate.lost)} case(s) went from pass to fail (allowed: {allowed})"

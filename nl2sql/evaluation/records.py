@@ -2,7 +2,9 @@
 
 `benchmarks/<mode>/<database>/<YYYY-MM-DD>_<sha7>_<config>.json` holds the record format, the run's
 mode, the engine's version and commit (and whether its tracked files had changes), the suite's name
-and digest, the database's identity, the config, the headline metrics and slim per-case verdicts.
+and digest, the database's identity, the config, the headline metrics and slim per-case verdicts
+(passed, and the run's codes and counts: status, error code, parse retries, refiner rounds, repairs,
+warning codes, model calls, latency; never rows or answer text).
 `publish` rebuilds docs/benchmarks.md and the README's results block from every record, reading no
 clock, so the same records always give the same bytes.
 """
@@ -51,6 +53,7 @@ def build_record(report: Mapping[str, Any], config: str, *, note: str | None = N
 
     commit, dirty = git_state()
     board = report["boards"][config]
+    details = verdict_details(board)
     return {
         "schema": RECORD_SCHEMA, "kind": report["mode"],
         "recorded_at": (now or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -59,8 +62,53 @@ def build_record(report: Mapping[str, Any], config: str, *, note: str | None = N
         "database": report["database"], "config": {"name": config, "models": report["settings"].get(
             "models", {}).get(config, {})},
         "metrics": {k: headline(Board.model_validate(board)).get(k) for k in METRIC_KEYS},
-        "verdicts": [{"case": key, "passed": passed} for key, passed in sorted(verdicts(report, config).items())],
+        "verdicts": [{"case": key, "passed": passed, **details.get(key, {})}
+                     for key, passed in sorted(verdicts(report, config).items())],
     }
+
+
+def verdict_details(board: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """`case_id/role` → the codes and counts a record keeps of its runs (status, error code, parse retries, refiner
+    rounds, repairs, warning codes, model calls, latency; no rows, no answer text). With several passes: the
+    first failing pass's status and error code (else the first pass's), counts summed, warnings of every pass, the
+    slowest latency. Keys a run did not measure (mode retrieval has no model calls) are left out."""
+    from nl2sql.evaluation.report import DETAIL_KEYS
+
+    runs: dict[str, list[Mapping[str, Any]]] = {}
+    for r in board.get("records", []):
+        runs.setdefault(f"{r['case_id']}/{r['role']}", []).append(r)
+    out = {}
+    for key, rs in runs.items():
+        rs = sorted(rs, key=lambda r: r.get("pass_index", 0))
+        shown = next((r for r in rs if r.get("error_code")), rs[0])
+        detail: dict[str, Any] = {}
+        for name in DETAIL_KEYS:
+            values = [r.get(name) for r in rs if r.get(name) is not None]
+            if name in ("status", "error_code"):
+                value = shown.get(name)
+            elif name == "warnings":
+                value = [code for r in rs for code in r.get("warnings") or []] if values else None
+            elif name == "latency_s":
+                value = max(values) if values else None
+            else:
+                value = sum(values) if values else None
+            if value is not None and value != []:
+                detail[name] = value
+        out[key] = detail
+    return out
+
+
+def check_recordable(report: Mapping[str, Any], source: str) -> None:
+    """A record stands for the whole suite: a run sliced with --case, --tag or --limit is not recorded (it would
+    become the baseline that later runs are gated against, on its slice only)."""
+    from nl2sql.errors import ConfigError, ConfigProblem
+
+    selection = (report.get("suite") or {}).get("selection")
+    if selection:
+        raise ConfigError(ConfigProblem(source, "suite.selection", f"the report covers {selection.get('cases')} of "
+                                        f"{selection.get('of')} cases (a sliced run), and a record stands for the "
+                                        "whole suite", "run the suite without --case, --tag or --limit and publish "
+                                        "that report"))
 
 
 def record_path(root: Path, record: Mapping[str, Any]) -> Path:
@@ -75,7 +123,8 @@ def record_path(root: Path, record: Mapping[str, Any]) -> Path:
 
 
 def write_records(report: Mapping[str, Any], root: Path, *, note: str | None = None) -> list[Path]:
-    """Write one record per config of a report; returns the paths."""
+    """Write one record per config of a report (never of a sliced run); returns the paths."""
+    check_recordable(report, "report")
     paths = []
     for config in report["boards"]:
         record = build_record(report, config, note=note)

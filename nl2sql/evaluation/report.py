@@ -17,6 +17,13 @@ from pydantic import BaseModel, Field
 
 from nl2sql.evaluation.stats import wilson_interval
 
+#: A warning code ending so marks a plan the validator repaired rather than refused (none is emitted yet: the
+#: count stays 0 until one is).
+REPAIR_SUFFIX = "_REPAIRED"
+#: The per-case detail a record keeps (codes and counts, never rows or answer text).
+DETAIL_KEYS = ("status", "error_code", "parse_retries", "refiner_rounds", "repairs", "warnings", "llm_calls",
+               "latency_s")
+
 METRIC_KEYS = ("cases", "runs", "execution_accuracy", "lenient_accuracy", "table_recall", "column_recall",
                "tables_sent", "columns_sent", "routing_top1", "routing_shortlist", "cost_usd", "latency_p50_s",
                "latency_p95_s")
@@ -41,6 +48,18 @@ class CaseRecord:
     rows_digest: str | None = None
     answer: str | None = None
     error: str | None = None
+    #: The code of the error a failed run ended with (its first run error, else its first sub-query error).
+    error_code: str | None = None
+    #: Structured answers asked again because they did not validate (`llm.parse_retry` events).
+    parse_retries: int | None = None
+    #: Rounds of the refiner (each after a validation or database error).
+    refiner_rounds: int | None = None
+    #: Warnings whose code marks a validator repair (see REPAIR_SUFFIX).
+    repairs: int | None = None
+    #: The codes of the run's warnings, in order.
+    warnings: list[str] = field(default_factory=list)
+    #: Model calls made (failed ones included).
+    llm_calls: int | None = None
 
     @property
     def passed(self) -> bool:
@@ -125,9 +144,19 @@ class EvalReport(BaseModel):
                          f"| {'–' if b.cost_usd is None else f'${b.cost_usd:.4f}'} | {b.latency_p50_s or '–'} |")
         for b in self.boards.values():
             if b.failures:
-                lines += ["", f"## Failures ({b.config})", "", "| case | role | why |", "|---|---|---|"]
-                lines += [f"| {f['case_id']} | {f['role']} | {f['why']} |" for f in b.failures]
+                lines += ["", f"## Failures ({b.config})", "",
+                          "| case | role | why | error | parse retries | refiner rounds | repairs | warnings | calls "
+                          "| s |", "|---|---|---|---|---|---|---|---|---|---|"]
+                lines += [f"| {f['case_id']} | {f['role']} | {_cell(f['why'])} | {_cell(f.get('error_code'))} "
+                          f"| {_cell(f.get('parse_retries'))} | {_cell(f.get('refiner_rounds'))} "
+                          f"| {_cell(f.get('repairs'))} | {_cell(', '.join(f.get('warnings') or []) or None)} "
+                          f"| {_cell(f.get('llm_calls'))} | {_cell(f.get('latency_s'))} |" for f in b.failures]
         return "\n".join(lines) + "\n"
+
+
+def _cell(value: Any) -> str:
+    """A markdown table cell: '–' for nothing, pipes escaped."""
+    return "–" if value is None or value == "" else str(value).replace("|", "\\|").replace("\n", " ")
 
 
 def _pct(value: float | None, interval: list[float] | None = None) -> str:
@@ -142,13 +171,19 @@ def _why(record: CaseRecord) -> str:
     detail = record.error or ""
     if "outcome" in failed:
         got = record.scores["outcome"]["detail"].get("got")
-        detail = detail or f"expected {record.outcome}, got {got}"
+        code = f" {record.error_code}" if record.error_code and got in ("error", "stopped") else ""
+        detail = detail or f"expected {record.outcome}, got {got}{code}"
     if "retrieval_recall" in failed:
         d = record.scores["retrieval_recall"]["detail"]
         detail = "missed " + ", ".join(d.get("missed_tables", []) + d.get("missed_columns", []))
     if "routing" in failed:
         detail = (detail + "; " if detail else "") + f"routed to {record.scores['routing']['detail'].get('picks')}"
     return f"{', '.join(failed) or 'no score'}: {detail}".strip(": ")
+
+
+def failure_detail(record: CaseRecord) -> dict[str, Any]:
+    """A run's codes and counts (no rows, no answer text), as the failures table and the records show them."""
+    return {key: getattr(record, key) for key in DETAIL_KEYS if key != "status"}
 
 
 def build_board(config: str, records: Sequence[CaseRecord], planned_runs: int) -> Board:
@@ -187,7 +222,7 @@ def build_board(config: str, records: Sequence[CaseRecord], planned_runs: int) -
                 "output": sum(r.tokens.get("output") or 0 for r in records)},
         latency_p50_s=_percentile([r.latency_s for r in records], 0.5),
         latency_p95_s=_percentile([r.latency_s for r in records], 0.95),
-        failures=[{"case_id": r.case_id, "role": r.role, "pass": r.pass_index, "why": _why(r)}
+        failures=[{"case_id": r.case_id, "role": r.role, "pass": r.pass_index, "why": _why(r), **failure_detail(r)}
                   for r in records if not r.passed],
         records=[asdict(r) for r in records])
     if faithful:

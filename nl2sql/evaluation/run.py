@@ -12,18 +12,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from nl2sql.config.models import Config, LLMConfig, ModelConfig, PriceConfig
-from nl2sql.errors import ConfigError, ConfigProblem, NL2SQLError
+from nl2sql.errors import ConfigError, ConfigProblem, EngineFault, NL2SQLError, did_you_mean
 from nl2sql.evaluation.gold_llm import GoldModel
-from nl2sql.evaluation.report import CaseRecord, build_report
+from nl2sql.evaluation.report import REPAIR_SUFFIX, CaseRecord, build_report
 from nl2sql.evaluation.scorers import CaseRun, Score, score_run
-from nl2sql.evaluation.suite import EvalCase
+from nl2sql.evaluation.suite import EvalCase, EvalSuite
 from nl2sql.llm.fake import FakeLLMServer
 from nl2sql.llm.prices import price_for
 
@@ -112,10 +114,22 @@ def result_digest(run: CaseRun) -> str | None:
     return hashlib.sha256(json.dumps(payload, default=str).encode()).hexdigest()[:16]
 
 
+def error_code_of(run: CaseRun) -> str | None:
+    """The code of the error a run ended with: an engine fault's, else the result's first run error, else its
+    first sub-query error (None for a run without one)."""
+    if run.error_code is not None or run.result is None:
+        return run.error_code
+    errors = [*run.result.errors, *(sq.error for sq in run.result.sub_queries if sq.error is not None)]
+    return errors[0].code if errors else None
+
+
 def record_of(job: EvalJob, run: CaseRun, scores: dict[str, Score]) -> CaseRecord:
     """The slim verdict of one run."""
     result = run.result
     usage = result.usage if result else {}
+    asked = result is not None or run.error is not None  # the pipeline ran (not mode retrieval)
+    counts = run.trace_counts
+    warnings = [w.code for w in result.warnings] if result else []
     return CaseRecord(
         case_id=job.case.id, role=job.role, config=job.config_name, pass_index=job.pass_index, tags=job.case.tags,
         outcome=job.case.outcome.get(job.role, "allowed"), status=result.status if result else None,
@@ -123,7 +137,40 @@ def record_of(job: EvalJob, run: CaseRun, scores: dict[str, Score]) -> CaseRecor
         latency_s=round(run.latency_s or 0.0, 4), cost_usd=result.cost_usd if result else None,
         tokens={"input": usage.get("input_tokens"), "output": usage.get("output_tokens")},
         sql=[sq.sql for sq in result.sub_queries if sq.sql] if result else [], rows_digest=result_digest(run),
-        answer=(result.answer.content or None) if result and result.status == "success" else None, error=run.error)
+        answer=(result.answer.content or None) if result and result.status == "success" else None, error=run.error,
+        error_code=error_code_of(run), parse_retries=counts.get("parse_retries", 0) if asked else None,
+        refiner_rounds=counts.get("refiner_rounds", 0) if asked else None,
+        repairs=sum(code.endswith(REPAIR_SUFFIX) for code in warnings) if asked else None, warnings=warnings,
+        llm_calls=(result.llm_calls if result else counts.get("llm_calls", 0)) if asked else None)
+
+
+#: The trace events an eval counts per run, and under which name.
+COUNTED_EVENTS = {"llm.call": "llm_calls", "llm.parse_retry": "parse_retries"}
+
+
+class TraceCounter:
+    """Counts each run's model calls, parse retries and refiner rounds from its events, by trace id (a listener
+    on the runtime, so every run's bus delivers to it)."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, dict[str, int]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, event: Any) -> None:
+        if event.name in COUNTED_EVENTS:
+            key = COUNTED_EVENTS[event.name]
+        elif event.name == "node.started" and event.data.get("node") == "refiner":
+            key = "refiner_rounds"
+        else:
+            return
+        with self._lock:
+            counts = self._counts.setdefault(event.trace_id or "", {})
+            counts[key] = counts.get(key, 0) + 1
+
+    def pop(self, trace_id: str) -> dict[str, int]:
+        """What a finished run counted (forgotten afterwards)."""
+        with self._lock:
+            return self._counts.pop(trace_id, {})
 
 
 class EvalSession:
@@ -142,6 +189,7 @@ class EvalSession:
         self.stopped: str | None = None
         self.gold: FakeLLMServer | None = None
         self.runtimes: dict[str, Runtime] = {}
+        self.counter = TraceCounter()
         if mode == "full":
             check_mode_full(max_cost_usd)
             configs = llm or {"default": config.llm}
@@ -156,6 +204,8 @@ class EvalSession:
                                                block_loader=block_loader)
         else:
             self.runtimes["default"] = Runtime(eval_config(config), observers=[], block_loader=block_loader)
+        for runtime in self.runtimes.values():
+            runtime.listeners.append(self.counter)
 
     def over_budget(self) -> bool:
         """Whether the next case could pass the dollar cap (the first case always runs)."""
@@ -175,13 +225,18 @@ class EvalSession:
     def _ask(self, job: EvalJob) -> CaseRun:
         from nl2sql.pipeline import ask_inline
 
+        trace_id = str(uuid.uuid4())
         started = time.perf_counter()
         try:
-            result = ask_inline(self.runtimes[job.config_name], job.case.question, roles=[job.role])
+            result = ask_inline(self.runtimes[job.config_name], job.case.question, roles=[job.role],
+                                trace_id=trace_id)
         except Exception as exc:  # an engine fault: scored as a failed run, the eval goes on
             return CaseRun(job.case, job.role, latency_s=time.perf_counter() - started,
-                           error=f"{type(exc).__name__}: {exc}")
-        return CaseRun(job.case, job.role, result=result, latency_s=time.perf_counter() - started)
+                           error=f"{type(exc).__name__}: {exc}",
+                           error_code=exc.code if isinstance(exc, NL2SQLError) else EngineFault.code,
+                           trace_counts=self.counter.pop(trace_id))
+        return CaseRun(job.case, job.role, result=result, latency_s=time.perf_counter() - started,
+                       trace_counts=self.counter.pop(trace_id))
 
     def _retrieval(self, job: EvalJob) -> CaseRun:
         index = self.runtimes["default"].index
@@ -216,27 +271,97 @@ def preset_names() -> list[str]:
 
 
 def load_llm(spec: str) -> tuple[str, LLMConfig]:
-    """`NAME=PRESET_OR_FILE` (or just a preset/file) → (name, llm section), `${env:…}` expanded."""
-    import yaml
+    """`NAME=PRESET_OR_FILE` (or just a preset/file) → (name, llm section), `${env:…}` expanded.
 
-    from nl2sql.config.load import expand_env
+    The file holds an llm section as a configuration has it: bare (`models:`, `default:`…) or under `llm:` (so
+    a project's nl2sql.yaml works too: its llm section is read, the rest ignored). Every problem is a
+    ConfigProblem naming the file and the key."""
+    from pydantic import BaseModel, ValidationError
+
+    from nl2sql.config.load import _check_llm, _problems_from_validation, _read_yaml, expand_env
 
     name, _, source = spec.partition("=") if "=" in spec else (spec, "", spec)
     path = Path(source)
     if not path.exists():
         path = PRESETS_DIR / f"{source}.yaml"
-    if not path.exists():
+    if not source or not path.is_file():
         raise ConfigError(ConfigProblem("--llm", spec, f"no preset or file named {source!r}",
                                         f"use NAME=PRESET with a preset of {', '.join(preset_names())}, or a path "
                                         "to an llm section in YAML"))
+    if not name:
+        raise ConfigError(ConfigProblem("--llm", spec, "the model config has no name", "write NAME=PRESET_OR_FILE"))
+    label = str(path)
+    raw = _read_yaml(path, label)
+    raw = {} if raw is None else raw
+    if isinstance(raw, dict) and "llm" in raw:
+        raw = raw["llm"] if raw["llm"] is not None else {}
+    if not isinstance(raw, dict):
+        raise ConfigError(ConfigProblem(label, "llm", "the file must hold an llm section (a mapping: models, "
+                                        "default, nodes, prices), bare or under `llm:`", "see docs/models.md"))
     problems: list[ConfigProblem] = []
-    raw = expand_env(yaml.safe_load(path.read_text()) or {}, str(path), "llm", problems)
+    raw = expand_env(raw, label, "llm", problems)
     if problems:
         raise ConfigError(problems)
+
+    class _Section(BaseModel):  # the llm section at the key a configuration has it, for the same key paths
+        llm: LLMConfig
+
     try:
-        return Path(name).stem if name == source else name, LLMConfig.model_validate(raw)
-    except Exception as exc:
-        raise ConfigError(ConfigProblem(str(path), "llm", str(exc), "see docs/models.md")) from None
+        llm = _Section.model_validate({"llm": raw}).llm
+    except ValidationError as exc:
+        raise ConfigError(list(_problems_from_validation(exc, {}, label))) from None
+    problems = _check_llm(Config.model_construct(llm=llm), label)
+    if problems:
+        raise ConfigError(problems)
+    return Path(name).stem if name == source else name, llm
+
+
+# --- selecting cases -------------------------------------------------------------------------------
+
+
+def select_cases(suite: EvalSuite, *, ids: Sequence[str] | None = None, tags: Sequence[str] | None = None,
+                 limit: int | None = None) -> list[EvalCase]:
+    """The cases a run covers: approved ones with any of `ids` (all without) and any of `tags` (all without), then
+    the first `limit` of them, in suite order. An id or tag the suite lacks, an id of a draft or retired case, or
+    a selection of nothing is a ConfigError (a usage error) before any case runs."""
+    problems: list[ConfigProblem] = []
+    known = {c.id: c for c in suite.cases}
+    for case_id in dict.fromkeys(ids or []):
+        if case_id not in known:
+            guess = did_you_mean(case_id, list(known))
+            problems.append(ConfigProblem("", "--case", f"unknown case '{case_id}'",
+                                          f"did you mean '{guess}'?" if guess else "see the ids in the suite file"))
+        elif known[case_id].status != "approved":
+            problems.append(ConfigProblem("", "--case", f"case '{case_id}' is {known[case_id].status}",
+                                          "only approved cases run: approve it in the suite first"))
+    all_tags = sorted({t for c in suite.cases for t in c.tags})
+    for tag in dict.fromkeys(tags or []):
+        if tag not in all_tags:
+            guess = did_you_mean(tag, all_tags)
+            problems.append(ConfigProblem("", "--tag", f"no case has the tag '{tag}'",
+                                          f"did you mean '{guess}'?" if guess else f"tags: {', '.join(all_tags)}"))
+    if limit is not None and limit < 1:
+        problems.append(ConfigProblem("", "--limit", f"{limit} is not a number of cases", "pass --limit 1 or more"))
+    if problems:
+        raise ConfigError(problems)
+    cases = suite.select(ids=ids or None, tags=tags or None)
+    if limit is not None:
+        cases = cases[:limit]
+    if not cases and tags:
+        raise ConfigError(ConfigProblem("", "--tag", "no approved case has these tags"
+                                        + (" among the cases named with --case" if ids else ""),
+                                        "widen the selection"))
+    return cases
+
+
+def selection_of(ids: Sequence[str] | None, tags: Sequence[str] | None, limit: int | None,
+                 cases: Sequence[EvalCase], total: int) -> dict[str, Any] | None:
+    """How a run was sliced (None when it covers every approved case, whatever selected them): what selected it,
+    and how many of the approved cases ran."""
+    if (not ids and not tags and limit is None) or len(cases) >= total:
+        return None
+    return {"ids": list(ids) if ids else None, "tags": list(tags) if tags else None, "limit": limit,
+            "cases": len(cases), "of": total}
 
 
 # --- the whole run ---------------------------------------------------------------------------------
@@ -295,14 +420,15 @@ def run_in_order(session: EvalSession, jobs: Sequence[EvalJob], run_job: JobRunn
 
 def evaluate(mode: Mode, config: Config, suite_path: str, *, roles: Sequence[str] | None = None,
              llm: dict[str, LLMConfig] | None = None, passes: int = 1, max_cost_usd: float | None = None,
-             ids: Sequence[str] | None = None, tags: Sequence[str] | None = None,
+             ids: Sequence[str] | None = None, tags: Sequence[str] | None = None, limit: int | None = None,
              run_job: JobRunner = run_here, block_loader: Callable[[str], str] | None = None) -> Any:
-    """Run a suite in a mode and report it (an EvalReport)."""
+    """Run a suite in a mode and report it (an EvalReport); `ids`, `tags` and `limit` slice it (select_cases)."""
     from nl2sql.evaluation.suite import checked_suite, suite_digest
 
     path = Path(suite_path)
     suite = checked_suite(path, config)
-    cases = suite.select(ids=ids, tags=tags)
+    cases = select_cases(suite, ids=ids, tags=tags, limit=limit)
+    selection = selection_of(ids, tags, limit, cases, len(suite.select()))
     session = EvalSession(mode, config, cases, llm=llm, max_cost_usd=max_cost_usd, block_loader=block_loader)
     try:
         configs = list(session.runtimes)
@@ -320,6 +446,6 @@ def evaluate(mode: Mode, config: Config, suite_path: str, *, roles: Sequence[str
                 "retrieval": retrieval.model_dump(), "routing": config.settings.routing.model_dump(),
                 "max_cost_usd": max_cost_usd}
     return build_report(mode, suite={"name": path.name, "path": str(path), "digest": suite_digest(path),
-                                     "cases": len(cases)},
+                                     "cases": len(cases), "selection": selection},
                         database=database_identity(config, cases), settings=settings, records=records,
                         planned=planned, stopped=session.stopped)

@@ -55,6 +55,10 @@ class CaseRun:
     retrieval: dict | None = None
     latency_s: float | None = None
     error: str | None = None
+    #: The code of an engine fault that ended the run (an exception, not a result).
+    error_code: str | None = None
+    #: What the run's trace counted: model calls, parse retries, refiner rounds.
+    trace_counts: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass

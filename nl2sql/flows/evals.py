@@ -11,7 +11,7 @@ from prefect.runtime import flow_run
 
 from nl2sql.blocks import load_datasource_url
 from nl2sql.config import config_path
-from nl2sql.evaluation.report import EvalReport
+from nl2sql.evaluation.report import DETAIL_KEYS, EvalReport
 from nl2sql.evaluation.run import evaluate, load_llm
 from nl2sql.events.prefect_logs import guard_prefect_logs
 from nl2sql.project import load_project
@@ -33,7 +33,8 @@ def without_details(report: EvalReport) -> EvalReport:
         for f in board.failures:
             failed = [n for n, s in scores.get((f["case_id"], f["role"], f["pass"]), {}).items() if s["passed"] is False]
             failures.append({"case_id": f["case_id"], "role": f["role"], "pass": f["pass"],
-                             "why": ", ".join(failed) or "no score"})
+                             "why": ", ".join(failed) or "no score",
+                             **{k: f[k] for k in DETAIL_KEYS if k in f}})  # codes and counts: no values
         boards[name] = board.model_copy(update={"failures": failures, "records": [], "faithfulness": None})
     return report.model_copy(update={"boards": boards})
 
@@ -41,13 +42,13 @@ def without_details(report: EvalReport) -> EvalReport:
 @flow(name="eval-run", flow_run_name=_run_name, log_prints=False)
 def eval_run(mode: str, suite: str, config: str | None = None, roles: list[str] | None = None,
              llm: list[str] | None = None, passes: int = 1, max_cost_usd: float | None = None,
-             ids: list[str] | None = None, tags: list[str] | None = None) -> dict[str, Any]:
+             ids: list[str] | None = None, tags: list[str] | None = None, limit: int | None = None) -> dict[str, Any]:
     """Run an eval suite in a mode (plans, retrieval, full) and report it."""
     guard_prefect_logs()
     cfg = load_project(config_path(config))
     configs = dict(load_llm(spec) for spec in llm) if llm else None
     report = evaluate(mode, cfg, suite, roles=roles, llm=configs, passes=passes,  # type: ignore[arg-type]
-                      max_cost_usd=max_cost_usd, ids=ids, tags=tags, run_job=run_as_task,
+                      max_cost_usd=max_cost_usd, ids=ids, tags=tags, limit=limit, run_job=run_as_task,
                       block_loader=load_datasource_url)
     shown = report if cfg.settings.prefect.artifact_rows else without_details(report)
     create_markdown_artifact(shown.markdown(), key=f"eval-{mode}", description="The eval's boards")

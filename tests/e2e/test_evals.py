@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,22 +14,10 @@ from nl2sql.evaluation.gold_llm import GoldModel
 from nl2sql.evaluation.run import eval_jobs, evaluate
 from nl2sql.evaluation.suite import load_suite
 from nl2sql.llm.fake import FakeLLMServer
-from tests.support.ask import write_ask_project
-from tests.support.llm import running
 
 ROOT = Path(__file__).resolve().parents[2]
 CHINOOK = ROOT / "suites" / "chinook.yaml"
 ROUTING = ROOT / "suites" / "routing.yaml"
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeLLMServer]:
-    yield from running(FakeLLMServer)
-
-
-@pytest.fixture(scope="module")
-def project(fake: FakeLLMServer, tmp_path_factory: pytest.TempPathFactory) -> Config:
-    return write_ask_project(tmp_path_factory.mktemp("evals"), fake)
 
 
 def test_mode_plans_passes_every_case_for_every_role(project: Config) -> None:

@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,8 +22,6 @@ from nl2sql.errors import GENERIC_REFUSAL
 from nl2sql.evaluation.gold_llm import GoldModel
 from nl2sql.evaluation.suite import load_suite, suite_digest
 from nl2sql.llm.fake import FakeLLMServer
-from tests.support.ask import write_ask_project
-from tests.support.llm import running
 
 ROOT = Path(__file__).resolve().parents[2]
 NL2SQL = Path(sys.executable).parent / "nl2sql"
@@ -96,14 +93,10 @@ def test_a_hard_row_cap_no_flag_lifts(demo: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def fake() -> Iterator[FakeLLMServer]:
-    yield from running(FakeLLMServer)
-
-
-@pytest.fixture(scope="module")
-def project(fake: FakeLLMServer, tmp_path_factory: pytest.TempPathFactory) -> Config:
+def project(project: Config, fake: FakeLLMServer) -> Config:
+    """The shared demo project, its fake server answering the Chinook suite's questions like the gold model."""
     GoldModel(fake, load_suite(CHINOOK_SUITE).cases)
-    return write_ask_project(tmp_path_factory.mktemp("exit-codes"), fake)
+    return project
 
 
 @pytest.fixture(scope="module")

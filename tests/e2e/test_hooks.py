@@ -14,9 +14,7 @@ from nl2sql.events import Event
 from nl2sql.hooks import HOOKS, Allow, Deny, HookContext, Modify
 from nl2sql.llm.fake import FakeLLMServer
 from nl2sql.pipeline import Runtime, ask_inline
-from tests.e2e.test_ask import CUSTOMERS_PLAN, GENRES_PLAN, INVOICE_PLAN, TICKETS_PLAN
-from tests.support.ask import ModelScript, write_ask_project
-from tests.support.llm import running
+from tests.support.ask import GENRES_PLAN, INVOICE_PLAN, ModelScript, write_ask_project
 
 CROSS = "How many support tickets did customers open, by customer and country?"
 
@@ -58,11 +56,6 @@ class ScriptedHook:
 
 
 @pytest.fixture(scope="module")
-def fake() -> Iterator[FakeLLMServer]:
-    yield from running(FakeLLMServer)
-
-
-@pytest.fixture(scope="module")
 def project(fake: FakeLLMServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Config]:
     HOOKS["scripted"] = ScriptedHook
     yield write_ask_project(tmp_path_factory.mktemp("hooks"), fake, plan_cache=False)
@@ -74,14 +67,7 @@ def model(fake: FakeLLMServer) -> ModelScript:
     script = ModelScript(fake)
     script.plan("List every genre.", GENRES_PLAN)
     script.plan("What is the total of all invoices ever?", INVOICE_PLAN)
-    script.routes[CROSS] = ["chinook", "support"]
-    script.decompositions[CROSS] = {
-        "sub_queries": [
-            {"datasource_id": "chinook", "question": "Each customer's id and country", "expected_columns": []},
-            {"datasource_id": "support", "question": "Tickets per customer id", "expected_columns": []}],
-        "combine": None}
-    script.plans["Each customer's id and country"] = CUSTOMERS_PLAN
-    script.plans["Tickets per customer id"] = TICKETS_PLAN
+    script.split_by_customer(CROSS)
     ScriptedHook.seen.clear()
     return script
 

@@ -5,8 +5,8 @@ the SQLite and the DuckDB snapshot, generated for both dialects, parsed with sql
 checked to read exactly the plan's tables (FROM, joins and sub-plans), and executed on both
 engines. The default run draws 150 plans (`NL2SQL_PLAN_EXAMPLES` changes that); the slow test draws
 1,000 others. Two deterministic companions: every keyword of SQLite, DuckDB and sqlglot works as a
-table and output alias; and plans that once broke must run, while known plans the validator accepts
-but an engine refuses are expected failures until the validator or the generator handles them.
+table and output alias; plans that once broke must be accepted and run; and plans an engine refuses
+must be refused by the validator first.
 """
 
 from __future__ import annotations
@@ -79,8 +79,21 @@ def check_plan(engines: Engines, plan: PlanModel) -> None:
         tree = guard_sql(sql, dialect)
         read = {t.name.lower() for t in tables_read(tree)}
         assert read == expected, f"{dialect} SQL reads {sorted(read)}, the plan reads {sorted(expected)}"
+        run_accepted(engines, validated.plan, dialect, sql)
+
+
+def run_accepted(engines: Engines, plan: PlanModel, dialect: str, sql: str) -> None:
+    """Run an accepted plan's SQL: it must run, within the row limit, and return one column per item the
+    plan selects (named by its alias, where it has one)."""
+    try:
         result = engines.adapters[dialect].execute(sql, row_limit=ROW_LIMIT, timeout_s=TIMEOUT_S)
-        assert result.row_count <= ROW_LIMIT
+    except NL2SQLError as exc:
+        pytest.fail(f"an accepted plan's SQL does not run on {dialect}:\n{sql}\n{exc}")
+    assert result.row_count <= ROW_LIMIT
+    names = [column.name for column in result.columns]
+    assert len(names) == len(plan.select), f"{dialect} returns {names} for {len(plan.select)} selected items"
+    aliased = [(item.alias, name) for item, name in zip(plan.select, names, strict=True) if item.alias]
+    assert all(alias == name for alias, name in aliased), f"{dialect} names the aliased columns {aliased}"
 
 
 COMMON = {
@@ -189,13 +202,12 @@ FIXED = {
     [pytest.param(plan, dialect, id=f"{name}-{dialect}") for name, plan in FIXED.items() for dialect in DIALECTS],
 )
 def test_accepted_plans_run(engines: Engines, plan: dict[str, Any], dialect: str) -> None:
-    """A plan the validator accepts must run; the known gaps do not yet (refusing them would also do)."""
+    """A plan that once broke is valid: the validator accepts it, and its SQL runs and returns its columns."""
     try:
         validated = validate_plan(PlanModel.model_validate(plan), engines.snapshots[dialect], engines.scope)
-    except PlanValidationError:
-        return
-    engines.adapters[dialect].execute(generate_sql(validated.plan, dialect), row_limit=ROW_LIMIT,
-                                      timeout_s=TIMEOUT_S)
+    except PlanValidationError as exc:
+        pytest.fail(f"a valid plan was rejected by the validator ({dialect} snapshot):\n{exc}")
+    run_accepted(engines, validated.plan, dialect, generate_sql(validated.plan, dialect))
 
 
 @pytest.mark.parametrize(("plan", "code"), [pytest.param(p, c, id=n) for n, (p, c) in REFUSED.items()])

@@ -30,7 +30,6 @@ from nl2sql.events.prefect_logs import WithheldFormatter, withheld_traceback
 from nl2sql.llm.fake import FakeLLMServer
 from nl2sql.pipeline.result import QueryResult
 from tests.support.ask import ModelScript
-from tests.support.llm import running
 
 NL2SQL = Path(sys.executable).parent / "nl2sql"
 URGENT = "How many urgent tickets are still open?"  # a verified query on support, no model
@@ -125,11 +124,6 @@ def test_the_log_observer_lines_reach_prefect_only_for_events_it_receives_whole(
 
 
 # --- the acceptance test: the CLI, Prefect's temporary server, its SQLite file -------------------------------
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeLLMServer]:
-    yield from running(FakeLLMServer)
 
 
 @pytest.fixture(scope="module")

@@ -21,9 +21,7 @@ from nl2sql.index.store import StateStore
 from nl2sql.llm.fake import FakeLLMServer
 from nl2sql.pipeline import QueryResult
 from nl2sql.policies.users import token_hash
-from tests.e2e.test_ask import INVOICE_PLAN
-from tests.support.ask import ModelScript, write_ask_project
-from tests.support.llm import running
+from tests.support.ask import INVOICE_PLAN, ModelScript, write_ask_project
 from tests.support.prefect_server import steady_prefect_server
 
 pytestmark = pytest.mark.prefect
@@ -51,11 +49,6 @@ def _drain_workers() -> None:
 
     APILogWorker.drain_all()
     EventsWorker.drain_all()
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeLLMServer]:
-    yield from running(FakeLLMServer)
 
 
 @pytest.fixture(scope="module")

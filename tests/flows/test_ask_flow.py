@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from nl2sql.config import Config
 from nl2sql.llm.fake import FakeLLMServer
 from nl2sql.pipeline import QueryResult, ask_inline
-from tests.e2e.test_ask import CUSTOMERS_PLAN, INVOICE_PLAN, TICKETS_PLAN
-from tests.support.ask import ModelScript, runtime_for, write_ask_project
-from tests.support.llm import running
+from tests.support.ask import INVOICE_PLAN, ModelScript, runtime_for, write_ask_project
 
-pytestmark = pytest.mark.usefixtures("prefect_server")
+pytestmark = [pytest.mark.prefect, pytest.mark.usefixtures("prefect_server")]
 
 CROSS = "How many support tickets did customers open, by customer and country?"
 #: The demo questions run through both executors: (question, role).
@@ -30,11 +27,6 @@ DEMO_QUESTIONS = [
 
 
 @pytest.fixture(scope="module")
-def fake() -> Iterator[FakeLLMServer]:
-    yield from running(FakeLLMServer)
-
-
-@pytest.fixture(scope="module")
 def project(fake: FakeLLMServer, tmp_path_factory: pytest.TempPathFactory) -> Config:
     return write_ask_project(tmp_path_factory.mktemp("ask-flow"), fake, plan_cache=False)
 
@@ -43,15 +35,8 @@ def project(fake: FakeLLMServer, tmp_path_factory: pytest.TempPathFactory) -> Co
 def model(fake: FakeLLMServer) -> ModelScript:
     script = ModelScript(fake)
     script.plan("What is the total of all invoices ever?", INVOICE_PLAN)
-    script.routes[CROSS] = ["chinook", "support"]
-    script.decompositions[CROSS] = {
-        "sub_queries": [
-            {"datasource_id": "chinook", "question": "Each customer's id and country", "expected_columns": []},
-            {"datasource_id": "support", "question": "Tickets per customer id", "expected_columns": []}],
-        "combine": {"kind": "join", "left": 0, "right": 1,
-                    "join_keys": [{"left": "customer_id", "right": "customer_id"}]}}
-    script.plans["Each customer's id and country"] = CUSTOMERS_PLAN
-    script.plans["Tickets per customer id"] = TICKETS_PLAN
+    script.split_by_customer(CROSS, combine={"kind": "join", "left": 0, "right": 1,
+                                            "join_keys": [{"left": "customer_id", "right": "customer_id"}]})
     return script
 
 

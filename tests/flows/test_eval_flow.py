@@ -3,29 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from nl2sql.config import Config
 from nl2sql.evaluation.run import eval_jobs
 from nl2sql.evaluation.suite import load_suite
-from nl2sql.llm.fake import FakeLLMServer
 from tests.e2e.test_evals import CHINOOK
-from tests.support.ask import write_ask_project
-from tests.support.llm import running
 
-pytestmark = pytest.mark.usefixtures("prefect_server")
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeLLMServer]:
-    yield from running(FakeLLMServer)
-
-
-@pytest.fixture(scope="module")
-def project(fake: FakeLLMServer, tmp_path_factory: pytest.TempPathFactory) -> Config:
-    return write_ask_project(tmp_path_factory.mktemp("eval-flow"), fake)
+pytestmark = [pytest.mark.prefect, pytest.mark.usefixtures("prefect_server")]
 
 
 def test_the_eval_flow_runs_a_task_per_case_and_role(project: Config) -> None:

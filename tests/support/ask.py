@@ -22,6 +22,34 @@ PLANS_DIR = Path(__file__).resolve().parent.parent / "data" / "plans" / "chinook
 #: USD per million tokens for the fake model, so runs have a cost.
 FAKE_PRICE = {"input": 1.0, "output": 2.0}
 
+CUSTOMERS_PLAN = yaml.safe_load("""
+select:
+  - {expr: {kind: column, table: c, column: CustomerId}, alias: customer_id}
+  - {expr: {kind: column, table: c, column: Country}, alias: country}
+from: {table: Customer, alias: c}
+""")
+TICKETS_PLAN = yaml.safe_load("""
+select:
+  - {expr: {kind: column, table: t, column: customer_id}, alias: customer_id}
+  - {expr: {kind: aggregate, func: count, arg: null}, alias: tickets}
+from: {table: tickets, alias: t}
+group_by: [{kind: column, table: t, column: customer_id}]
+""")
+INVOICE_PLAN = yaml.safe_load("""
+select:
+  - {expr: {kind: aggregate, func: sum, arg: {kind: column, table: i, column: Total}}, alias: revenue}
+from: {table: Invoice, alias: i}
+""")
+GENRES_PLAN = yaml.safe_load("""
+select:
+  - {expr: {kind: column, table: g, column: Name}, alias: genre}
+from: {table: Genre, alias: g}
+order_by: [{expr: {kind: column, table: g, column: GenreId}, direction: asc}]
+""")
+#: The sub-questions of a question split across the demo's two databases (see ModelScript.split_by_customer).
+CUSTOMERS_QUESTION = "Each customer's id and country"
+TICKETS_QUESTION = "Tickets per customer id"
+
 
 def write_ask_project(target: Path, fake: FakeLLMServer, *, hooks: list[dict] | None = None,
                       approvals: dict | None = None, **pipeline: Any) -> Config:
@@ -101,6 +129,18 @@ class ModelScript:
         self.plans[question] = plan
         if route:
             self.routes[question] = route
+
+    def split_by_customer(self, question: str, *, combine: dict | None = None) -> None:
+        """Route a question to chinook and support, split into each customer's id and country (CUSTOMERS_PLAN)
+        and tickets per customer id (TICKETS_PLAN), the parts combined as `combine` says."""
+        self.routes[question] = ["chinook", "support"]
+        self.decompositions[question] = {
+            "sub_queries": [
+                {"datasource_id": "chinook", "question": CUSTOMERS_QUESTION, "expected_columns": []},
+                {"datasource_id": "support", "question": TICKETS_QUESTION, "expected_columns": []}],
+            "combine": combine}
+        self.plans[CUSTOMERS_QUESTION] = CUSTOMERS_PLAN
+        self.plans[TICKETS_QUESTION] = TICKETS_PLAN
 
     def queue(self, name: str, *answers: FakeAnswer | dict | str) -> None:
         """Answers served before the tables, in order (failures, bad JSON, delays)."""

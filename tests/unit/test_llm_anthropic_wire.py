@@ -1,5 +1,5 @@
 """The Anthropic messages wire against FakeAnthropicServer on loopback: forced tool use, streaming,
-usage with cache reads and writes, retries and errors."""
+usage with cache reads and writes (retries and errors on both wires: test_llm_wire_errors.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 from nl2sql.config.models import LLMConfig
-from nl2sql.llm import LLMAuthError, LLMClient, LLMRateLimited, Message, Usage
+from nl2sql.llm import LLMClient, Message, Usage
 from nl2sql.llm.fake import FakeAnswer, FakeAnthropicServer
 from nl2sql.llm.json_schema import anthropic_tool_violations, strict_json_schema
 from nl2sql.plan.model import PlanModel
@@ -127,32 +127,3 @@ def test_usage_absent_is_all_none(server: FakeAnthropicServer) -> None:
     client.text("synthesizer", MESSAGES)
     assert client.records[0].usage == Usage()
     assert client.records[0].cost_usd is None
-
-
-def test_429_retried(server: FakeAnthropicServer) -> None:
-    server.fail("PlanModel", 429, times=2, retry_after="0")
-    server.answer("PlanModel", PLAN)
-    client = make_client(server)
-    assert client.structured("planner", MESSAGES, PlanModel) == PlanModel.model_validate(PLAN)
-    assert server.calls("PlanModel") == 3
-
-
-def test_429_exhausted(server: FakeAnthropicServer) -> None:
-    server.fail("text", 429, times=2, retry_after="0")
-    client = make_client(server, max_retries=1)
-    with pytest.raises(LLMRateLimited) as info:
-        client.text("synthesizer", MESSAGES)
-    assert "llm.models.claude" in str(info.value) and "'fake-claude'" in str(info.value)
-    assert server.calls() == 2
-
-
-def test_401_is_an_auth_error(server: FakeAnthropicServer) -> None:
-    server.fail("text", 401)
-    client = make_client(server)
-    with pytest.raises(LLMAuthError) as info:
-        client.text("synthesizer", MESSAGES)
-    assert info.value.code == "LLM_AUTH"
-    assert "HTTP 401" in str(info.value)
-    assert "llm.models.claude.api_key" in (info.value.fix or "")
-    assert "${env:ANTHROPIC_API_KEY}" in (info.value.fix or "")
-    assert server.calls() == 1

@@ -1,5 +1,6 @@
 """The OpenAI-compatible wire against FakeLLMServer on loopback: structured output in its three modes,
-parse retries, retries on 429/5xx, errors with fixes, timeouts, streaming and usage as reported.
+parse retries, streaming, usage as reported and the request's shape (HTTP failures, timeouts and cut
+answers on both wires: test_llm_wire_errors.py).
 
 Every call goes over real HTTP; no key and no network beyond 127.0.0.1.
 """
@@ -13,15 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
-from nl2sql.config.models import LLMConfig, ModelConfig
+from nl2sql.config.models import LLMConfig
 from nl2sql.llm import (
-    LLMAuthError,
     LLMClient,
-    LLMModelNotFound,
     LLMParseError,
-    LLMProviderError,
-    LLMRateLimited,
-    LLMTimeout,
     Message,
     Usage,
 )
@@ -212,102 +208,6 @@ def test_parse_retry_exhausted(server: FakeLLMServer) -> None:
     assert server.calls("PlanModel") == 3
 
 
-# --- HTTP failures -----------------------------------------------------------------------------------
-
-
-def test_429_retried_then_success(server: FakeLLMServer) -> None:
-    server.fail("PlanModel", 429, times=2, retry_after="0")
-    server.answer("PlanModel", PLAN)
-    client = make_client(server)
-    assert client.structured("planner", MESSAGES, PlanModel) == PlanModel.model_validate(PLAN)
-    assert server.calls("PlanModel") == 3
-    assert len(client.records) == 1  # one logical call, its retries inside the wire
-
-
-def test_429_exhausted(server: FakeLLMServer) -> None:
-    server.fail("text", 429, times=3, retry_after="0")
-    client = make_client(server, max_retries=2)
-    with pytest.raises(LLMRateLimited) as info:
-        client.text("synthesizer", MESSAGES)
-    message = str(info.value)
-    assert "synthesizer" in message and "'fake-model'" in message and "llm.models.main" in message
-    assert "429 after 3 attempts" in message
-    assert info.value.fix and "retry" in info.value.fix.lower()
-    assert server.calls() == 3
-    (record,) = client.records
-    assert not record.ok and record.error_code == "LLM_RATE_LIMITED" and record.cost_usd is None
-
-
-def test_500_retried(server: FakeLLMServer) -> None:
-    server.fail("text", 500, times=1)
-    server.answer("text", "hello")
-    client = make_client(server)
-    assert client.text("synthesizer", MESSAGES) == "hello"
-    assert server.calls() == 2
-
-
-def test_500_exhausted_is_a_provider_error(server: FakeLLMServer) -> None:
-    server.fail("text", 503, times=2)
-    client = make_client(server, max_retries=1)
-    with pytest.raises(LLMProviderError) as info:
-        client.text("synthesizer", MESSAGES)
-    assert "HTTP 503 after 2 attempts" in str(info.value) and "scripted failure" in str(info.value)
-    assert server.calls() == 2
-
-
-def test_401_is_an_auth_error_not_retried(server: FakeLLMServer) -> None:
-    server.fail("text", 401)
-    client = make_client(server)
-    with pytest.raises(LLMAuthError) as info:
-        client.text("planner", MESSAGES)
-    assert info.value.code == "LLM_AUTH"
-    assert "llm.models.main.api_key" in (info.value.fix or "")
-    assert "${env:OPENAI_API_KEY}" in (info.value.fix or "")
-    assert "fake-key" not in str(info.value)
-    assert server.calls() == 1
-
-
-def test_404_is_model_not_found(server: FakeLLMServer) -> None:
-    server.fail("text", 404)
-    client = make_client(server)
-    with pytest.raises(LLMModelNotFound) as info:
-        client.text("planner", MESSAGES)
-    assert info.value.code == "LLM_MODEL_NOT_FOUND"
-    assert "llm.models.main.model" in (info.value.fix or "")
-    assert server.calls() == 1
-
-
-def test_timeout(server: FakeLLMServer) -> None:
-    server.answer("PlanModel", FakeAnswer(content=PLAN, delay_s=1))
-    client = make_client(server, timeout_s=0.3)
-    with pytest.raises(LLMTimeout) as info:
-        client.structured("planner", MESSAGES, PlanModel)
-    err = info.value
-    assert err.code == "LLM_TIMEOUT" and err.node == "planner"
-    assert "planner" in str(err) and "0.3 s" in str(err) and "timeout_s" in str(err)
-    assert "llm.models.main.timeout_s" in (err.fix or "")
-    assert server.calls() == 1  # a timeout is not retried
-    client.close()
-
-
-def test_timeout_s_holds_with_a_shared_http_client(server: FakeLLMServer) -> None:
-    server.answer("text", FakeAnswer(content="late", delay_s=1))
-    with httpx.Client(timeout=30) as http:
-        client = make_client(server, http=http, timeout_s=0.3)
-        with pytest.raises(LLMTimeout):
-            client.text("synthesizer", MESSAGES)
-
-
-def test_unreachable_endpoint() -> None:
-    with FakeLLMServer() as gone:
-        port = gone.port
-    model = ModelConfig(provider="openai", model="fake-model", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0)
-    config = LLMConfig(models={"main": model}, default="main")
-    with pytest.raises(LLMProviderError) as info:
-        LLMClient(config, backoff_s=0.01).text("planner", MESSAGES)
-    assert "cannot be reached" in str(info.value) and "base_url" in (info.value.fix or "")
-
-
 # --- streaming -------------------------------------------------------------------------------------
 
 
@@ -388,11 +288,3 @@ def test_authorization_header_only_with_a_key(server: FakeLLMServer) -> None:
     no_key, with_key = sent.headers
     assert "authorization" not in no_key
     assert with_key["authorization"] == "Bearer fake-key"
-
-
-def test_an_answer_cut_at_the_length_limit_says_to_raise_max_tokens(server: FakeLLMServer) -> None:
-    server.answer("text", FakeAnswer(content="The top genre is", finish_reason="length"))
-    client = make_client(server)
-    with pytest.raises(LLMProviderError, match="length limit") as info:
-        client.text("synthesizer", MESSAGES)
-    assert "max_tokens" in str(info.value)
