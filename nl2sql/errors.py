@@ -119,6 +119,19 @@ class SQLRejected(NL2SQLError):
     code = "SQL_REJECTED"
 
 
+class PlanUnsupported(NL2SQLError):
+    """A model's SQL says something the plan language cannot, or does not parse; `construct` names what.
+
+    The message says which construct and how to write the question instead: a refiner is shown it.
+    """
+
+    code = "PLAN_UNSUPPORTED"
+
+    def __init__(self, message: str, *, construct: str, fix: str | None = None, **kwargs: object) -> None:
+        super().__init__(message, fix=fix, **kwargs)  # type: ignore[arg-type]
+        self.construct = construct
+
+
 class DatasourceError(NL2SQLError):
     """A datasource could not be reached, reflected or queried."""
 
