@@ -378,6 +378,15 @@ class ProfileSettings(Strict):
     low_cardinality: int = Field(default=50, ge=0)
 
 
+class PlannerSettings(Strict):
+    """How the planner model writes a sub-query's plan."""
+
+    format: Literal["plan", "sql"] = Field(
+        default="plan", description="'plan': the typed plan as JSON (the plan language is shown in the prompt); "
+        "'sql': one SELECT in the datasource's dialect, read into a plan by the engine (nl2sql.plan.from_sql), "
+        "then validated and rendered like any plan.")
+
+
 class PipelineSettings(Strict):
     """Limits of one question's run and of each statement."""
 
@@ -390,6 +399,7 @@ class PipelineSettings(Strict):
     max_cost_usd: float | None = Field(default=None, gt=0)
     plan_cache: bool = Field(default=True, description="Reuse a plan that ran for the same question, schema and "
                              "scope instead of calling the planner again.")
+    planner: PlannerSettings = Field(default_factory=PlannerSettings)
 
 
 class ResourceSettings(Strict):

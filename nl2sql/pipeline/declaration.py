@@ -105,7 +105,7 @@ ASK = Pipeline(
     refiner=Step("refiner", steps.refine, per_sub_query=True),
     retry_from="validator",
     # errors a corrected plan can fix; a refusal, a timeout or a model failure never goes to the refiner
-    refinable=frozenset({"PLAN_INVALID", "DATASOURCE_ERROR", "SQL_REJECTED"}),
+    refinable=frozenset({"PLAN_INVALID", "PLAN_UNSUPPORTED", "DATASOURCE_ERROR", "SQL_REJECTED"}),
     after=(
         Step("aggregator", steps.aggregate, when=_combining),
         Step("synthesizer", steps.synthesize),

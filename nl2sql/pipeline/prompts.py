@@ -105,6 +105,14 @@ def same_ids(written: Sequence[str], allowed: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(canonical[w.strip().lower()] for w in written if w.strip().lower() in canonical))
 
 
+class SQLAnswer(BaseModel):
+    """The planner's answer in the `sql` format: one SELECT statement."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sql: str = Field(description="One SELECT statement in the datasource's dialect.")
+
+
 # --- messages -------------------------------------------------------------------------------------
 
 RESOLVER_SYSTEM = """You decide whether a question can be answered from the databases listed.
@@ -165,6 +173,16 @@ Break ties in ordering on a key column. Use a LIMIT only when the question asks 
 REFINER_SYSTEM = PLANNER_SYSTEM + """
 Your previous plan failed. Read the errors and return a corrected plan."""
 
+SQL_PLANNER_SYSTEM = """You write one SQL SELECT statement that answers the question from the tables below.
+Use only the tables and columns listed, with their exact names. Dialect: {dialect}.
+Answer as JSON: {{"sql": "SELECT …"}}. One statement, no comments.
+Give each output column a short snake_case alias; return the expected columns when they are listed.
+Give each table an alias and qualify every column with it. Join with JOIN … ON key pairs.
+Break ties in ordering on a key column. Use a LIMIT only when the question asks for a number of rows."""
+
+SQL_REFINER_SYSTEM = SQL_PLANNER_SYSTEM + """
+Your previous statement failed. Read the errors and return a corrected statement."""
+
 SYNTHESIZER_SYSTEM = """You answer a question in two or three plain sentences from the query result given.
 State the numbers as they appear in the result; never invent values that are not in it.
 Mention the data notes when there are any."""
@@ -205,6 +223,20 @@ def refiner_messages(question: str, schema_text: str, dialect: str, plan: dict[s
     return [Message("system", REFINER_SYSTEM.format(dialect=dialect)),
             Message("user", f"Tables:\n{schema_text}\n\nQuestion: {question}{_expected(expected)}\n\n"
                             f"Previous plan: {previous}\n\nErrors:\n" + "\n".join(f"- {e}" for e in errors))]
+
+
+def sql_planner_messages(question: str, schema_text: str, dialect: str, expected: Sequence[str] = ()) -> list[Message]:
+    """Messages for the planner in the `sql` format."""
+    return [Message("system", SQL_PLANNER_SYSTEM.format(dialect=dialect)),
+            Message("user", f"Tables:\n{schema_text}\n\nQuestion: {question}{_expected(expected)}")]
+
+
+def sql_refiner_messages(question: str, schema_text: str, dialect: str, sql: str | None, errors: Sequence[str],
+                         expected: Sequence[str] = ()) -> list[Message]:
+    """Messages for the refiner in the `sql` format: the failed statement and its errors."""
+    return [Message("system", SQL_REFINER_SYSTEM.format(dialect=dialect)),
+            Message("user", f"Tables:\n{schema_text}\n\nQuestion: {question}{_expected(expected)}\n\n"
+                            f"Previous statement: {sql or '(none)'}\n\nErrors:\n" + "\n".join(f"- {e}" for e in errors))]
 
 
 def synthesizer_messages(question: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], total_rows: int,

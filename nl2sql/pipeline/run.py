@@ -108,13 +108,14 @@ def run_sub_query(pipeline: Pipeline, ctx: RunContext, state: RunState, sq: SubQ
         if sq.error is None:
             i += 1
             continue
-        if (sq.error.code in pipeline.refinable and sq.verified is None and sq.attempts < max_retries
-                and sq.retrieved is not None and ctx.llm.configured("refiner")):
+        # a refined plan that the plan language cannot hold is refined again (the error is the refiner's to fix)
+        while (sq.error is not None and sq.error.code in pipeline.refinable and sq.verified is None
+               and sq.attempts < max_retries and sq.retrieved is not None and ctx.llm.configured("refiner")):
             sq.attempts += 1
             call(pipeline.refiner, ctx, state, sq)
-            if sq.error is None:
-                i = names.index(pipeline.retry_from)
-                continue
+        if sq.error is None:
+            i = names.index(pipeline.retry_from)
+            continue
         return
 
 

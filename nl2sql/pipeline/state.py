@@ -40,6 +40,8 @@ class SubQuery:
     result: ExecutionResult | None = None
     error: RunError | None = None
     attempts: int = 0
+    #: In the `sql` planner format: the statement the model wrote (the one that runs is generated from the plan).
+    written_sql: str | None = None
     #: The plans the refiner was shown or returned (canonical JSON): one it returns again ends the refining.
     tried_plans: set[str] = field(default_factory=set)
     timings_ms: dict[str, float] = field(default_factory=dict)

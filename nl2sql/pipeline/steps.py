@@ -16,7 +16,7 @@ from nl2sql.pipeline import prompts
 from nl2sql.pipeline.result import RunWarning
 from nl2sql.pipeline.runtime import RunContext
 from nl2sql.pipeline.state import ExpectedColumn, RunState, SubQuery
-from nl2sql.plan import PlanModel, generate_sql, validate_plan
+from nl2sql.plan import PlanModel, generate_sql, plan_from_sql, validate_plan
 from nl2sql.plan.join_keys import Dtype, value_dtype
 from nl2sql.policies import reachable_datasources, scope
 from nl2sql.verified.match import match_verified
@@ -167,10 +167,27 @@ def plan_sub_query(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
         sq.plan, sq.plan_source = PlanModel.model_validate_json(cached), "plan_cache"
         return
     assert sq.retrieved is not None
-    messages = prompts.planner_messages(sq.question, sq.retrieved.render(), _dialect(ctx, sq),
-                                        [c.name for c in sq.expected_columns])
+    expected = [c.name for c in sq.expected_columns]
+    if _writes_sql(ctx):
+        messages = prompts.sql_planner_messages(sq.question, sq.retrieved.render(), _dialect(ctx, sq), expected)
+        sq.prompt_chars["planner"] = sum(len(m.content) for m in messages)
+        sq.plan_source = "planner"
+        _read_written_sql(ctx, sq, ctx.llm.structured("planner", messages, prompts.SQLAnswer).sql)
+        return
+    messages = prompts.planner_messages(sq.question, sq.retrieved.render(), _dialect(ctx, sq), expected)
     sq.prompt_chars["planner"] = sum(len(m.content) for m in messages)
     sq.plan, sq.plan_source = ctx.llm.structured("planner", messages, PlanModel), "planner"
+
+
+def _writes_sql(ctx: RunContext) -> bool:
+    return ctx.config.settings.pipeline.planner.format == "sql"
+
+
+def _read_written_sql(ctx: RunContext, sq: SubQuery, sql: str) -> None:
+    """The model's statement, kept as written and read into the sub-query's plan (PLAN_UNSUPPORTED: the refiner
+    sees what the plan language cannot say). The statement that runs is the one generated from the plan."""
+    sq.written_sql, sq.plan = sql, None
+    sq.plan = plan_from_sql(sql, _dialect(ctx, sq))
 
 
 def _dialect(ctx: RunContext, sq: SubQuery) -> str:
@@ -225,6 +242,9 @@ def refine(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     """Ask the refiner for a corrected plan, given the failed plan (as the model writes it: aliases, not field
     names) and its error; a plan the sub-query already tried ends the refining, the error standing."""
     assert sq.error is not None and sq.retrieved is not None
+    if _writes_sql(ctx):
+        refine_sql(ctx, state, sq)
+        return
     failed = sq.plan.model_dump(mode="json", by_alias=True) if sq.plan else None
     if failed is not None:
         sq.tried_plans.add(_plan_key(failed))
@@ -245,6 +265,32 @@ def refine(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     sq.plan_source = "planner"
     sq.sql = None
     sq.error = None
+
+
+def refine_sql(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
+    """`refine` in the `sql` format: the statement the model wrote and its error; a statement it wrote before ends
+    the refining."""
+    assert sq.error is not None and sq.retrieved is not None
+    if sq.written_sql:
+        sq.tried_plans.add(_sql_key(sq.written_sql))
+    messages = prompts.sql_refiner_messages(sq.question, sq.retrieved.render(), _dialect(ctx, sq), sq.written_sql,
+                                            [f"{sq.error.code}: {sq.error.message}"],
+                                            [c.name for c in sq.expected_columns])
+    sq.prompt_chars["refiner"] = sq.prompt_chars.get("refiner", 0) + sum(len(m.content) for m in messages)
+    sql = ctx.llm.structured("refiner", messages, prompts.SQLAnswer, schema_name="RefinedSQL").sql
+    if _sql_key(sql) in sq.tried_plans:
+        state.warnings.append(RunWarning(code="REFINER_REPEATED", sub_query_id=sq.id,
+                                         message="The refiner returned a statement that had already failed; "
+                                         "refining stopped.", detail={"attempt": sq.attempts}))
+        sq.attempts = ctx.config.settings.pipeline.max_retries
+        return
+    sq.tried_plans.add(_sql_key(sql))
+    sq.plan_source, sq.sql, sq.error = "planner", None, None
+    _read_written_sql(ctx, sq, sql)
+
+
+def _sql_key(sql: str) -> str:
+    return " ".join(sql.split()).rstrip(";").lower()
 
 
 def _plan_key(plan: dict[str, Any]) -> str:

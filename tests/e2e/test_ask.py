@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from nl2sql.config import Config
+from nl2sql.config.models import PlannerSettings
 from nl2sql.errors import GENERIC_REFUSAL
 from nl2sql.events import Event
 from nl2sql.llm.fake import FakeAnswer
@@ -21,6 +22,7 @@ from tests.support.ask import (
     INVOICE_PLAN,
     TICKETS_PLAN,
     ModelScript,
+    asked,
     runtime_for,
 )
 
@@ -367,3 +369,56 @@ def test_every_log_line_of_a_run_carries_its_trace_id(project: Config, model: Mo
 def test_the_demo_config_has_no_scripted_answers() -> None:
     demo = Path(__file__).resolve().parents[2] / "nl2sql" / "demo" / "nl2sql.yaml"
     assert "llm:" not in demo.read_text()
+
+
+# --- the `sql` planner format: the model writes SQL, the engine reads it into a plan -------------------------
+
+SQL_FORMAT = {"plan_cache": False, "planner": PlannerSettings(format="sql")}
+
+
+def answer_sql(model: ModelScript, name: str, statements: dict[str, str]) -> None:
+    model.fake.respond_with(name, lambda body: {"sql": statements[asked(body)]})
+
+
+def test_the_sql_format_reads_the_models_statement_into_a_validated_plan(project: Config, model: ModelScript) -> None:
+    question = "For each media type, the number of tracks stored in it?"
+    answer_sql(model, "SQLAnswer", {question: "SELECT m.Name AS media_type, COUNT(*) AS tracks FROM Track t JOIN "
+                                              "MediaType m ON m.MediaTypeId = t.MediaTypeId GROUP BY m.Name "
+                                              "ORDER BY tracks DESC, media_type"})
+    result = ask(project, question, "viewer", settings=SQL_FORMAT)
+    assert result.status == "success", result.errors
+    sq = result.sub_queries[0]
+    assert sq.source == "planner" and sq.total_rows == 5 and sq.columns == ["media_type", "tracks"]
+    assert "INNER JOIN" in sq.sql  # the statement that ran is the one generated from the plan
+    assert model.fake.calls("PlanModel") == 0
+
+
+def test_the_sql_format_refines_what_the_plan_language_cannot_say(project: Config, model: ModelScript) -> None:
+    question = "List the genre names, and the media type names too."
+    answer_sql(model, "SQLAnswer", {question: "SELECT Name FROM Genre UNION SELECT Name FROM MediaType"})
+    answer_sql(model, "RefinedSQL", {question: "SELECT g.Name AS name FROM Genre g ORDER BY g.Name"})
+    result = ask(project, question, "viewer", settings=SQL_FORMAT)
+    assert result.status == "success", result.errors
+    refiner_prompt = next(r for r in model.fake.requests if model.fake.name_of(r) == "RefinedSQL")
+    content = refiner_prompt["messages"][-1]["content"]
+    assert "PLAN_UNSUPPORTED" in content and "UNION" in content and "Previous statement: SELECT Name" in content
+
+
+def test_the_sql_format_refuses_a_denied_table_with_the_generic_sentence(project: Config,
+                                                                          model: ModelScript) -> None:
+    question = "Which employees report to whom?"
+    answer_sql(model, "SQLAnswer", {question: "SELECT e.LastName AS name FROM Employee e"})
+    result = ask(project, question, "viewer", settings=SQL_FORMAT)
+    assert result.status == "error" and [(e.code, e.message) for e in result.errors] == [
+        ("SECURITY_VIOLATION", GENERIC_REFUSAL)]
+    assert not result.sub_queries or not result.sub_queries[0].sql
+
+
+def test_the_sql_format_stops_when_the_refiner_repeats_a_statement(project: Config, model: ModelScript) -> None:
+    question = "Show genres and media types together."
+    statement = "SELECT Name FROM Genre UNION SELECT Name FROM MediaType"
+    answer_sql(model, "SQLAnswer", {question: statement})
+    answer_sql(model, "RefinedSQL", {question: statement + ";"})
+    result = ask(project, question, "viewer", settings={**SQL_FORMAT, "max_retries": 3})
+    assert result.status == "error" and result.errors[0].code == "PLAN_UNSUPPORTED"
+    assert model.fake.calls("RefinedSQL") == 1 and "REFINER_REPEATED" in [w.code for w in result.warnings]
