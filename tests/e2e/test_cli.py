@@ -11,19 +11,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from nl2sql.cli.main import main
 from nl2sql.errors import GENERIC_REFUSAL
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """Run the CLI in-process; returns (exit code, stdout, stderr)."""
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.support.cli import run_cli
 
 
 def sql_json(capsys: pytest.CaptureFixture[str], config: Path, datasource: str, role: str, sql: str) -> list[list]:

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nl2sql.cli.main import main
 from nl2sql.config import Config
 from nl2sql.config.models import PoliciesConfig
 from nl2sql.errors import ConfigError
@@ -24,6 +23,7 @@ from nl2sql.policies.users import (
     token_matches,
 )
 from nl2sql.project import load_project
+from tests.support.cli import run_cli
 
 ROLES = {"admin": {}, "analyst": {"allow": ["chinook"]}, "viewer": {"allow": ["chinook.Genre"]}}
 USERS = {"ann": {"roles": ["analyst", "admin"], "token_sha256": token_hash("ann-token")},
@@ -181,16 +181,6 @@ def users_project(tmp_path: Path, demo_dir: Path) -> Path:
              "dba": {"roles": ["admin"], "token_sha256": token_hash("dba-token")},
              "vic": {"roles": ["viewer"]}}
     return _project(tmp_path, demo_dir, users)
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 SECRET_SQL = "SELECT FirstName FROM Employee"
