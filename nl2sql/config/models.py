@@ -385,6 +385,9 @@ class PlannerSettings(Strict):
         default="plan", description="'plan': the typed plan as JSON (the plan language is shown in the prompt); "
         "'sql': one SELECT in the datasource's dialect, read into a plan by the engine (nl2sql.plan.from_sql), "
         "then validated and rendered like any plan.")
+    examples: int = Field(default=3, ge=0, le=10, description="Worked examples in the planner's prompt: the verified "
+                          "queries of the sub-query's datasource the caller may read (those without parameters), "
+                          "nearest to the question first, as plans or SQL in the format; 0 shows none.")
 
 
 class PipelineSettings(Strict):

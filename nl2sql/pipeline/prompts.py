@@ -210,9 +210,18 @@ def _expected(expected: Sequence[str]) -> str:
     return f"\nExpected columns: {', '.join(expected)}" if expected else ""
 
 
-def planner_messages(question: str, schema_text: str, dialect: str, expected: Sequence[str] = ()) -> list[Message]:
-    """Messages for the planner."""
-    return [Message("system", PLANNER_SYSTEM.format(dialect=dialect)),
+def _examples(examples: Sequence[tuple[str, str]], label: str) -> str:
+    """Worked examples on this database (in the system message: the user message holds the one question)."""
+    if not examples:
+        return ""
+    shown = "\n".join(f"- Asked: {asked}\n  {label}: {answer}" for asked, answer in examples)
+    return f"\n\nAnswered before on this database:\n{shown}"
+
+
+def planner_messages(question: str, schema_text: str, dialect: str, expected: Sequence[str] = (),
+                     examples: Sequence[tuple[str, str]] = ()) -> list[Message]:
+    """Messages for the planner (with worked examples: (question, plan JSON) pairs)."""
+    return [Message("system", PLANNER_SYSTEM.format(dialect=dialect) + _examples(examples, "Plan")),
             Message("user", f"Tables:\n{schema_text}\n\nQuestion: {question}{_expected(expected)}")]
 
 
@@ -225,9 +234,10 @@ def refiner_messages(question: str, schema_text: str, dialect: str, plan: dict[s
                             f"Previous plan: {previous}\n\nErrors:\n" + "\n".join(f"- {e}" for e in errors))]
 
 
-def sql_planner_messages(question: str, schema_text: str, dialect: str, expected: Sequence[str] = ()) -> list[Message]:
-    """Messages for the planner in the `sql` format."""
-    return [Message("system", SQL_PLANNER_SYSTEM.format(dialect=dialect)),
+def sql_planner_messages(question: str, schema_text: str, dialect: str, expected: Sequence[str] = (),
+                         examples: Sequence[tuple[str, str]] = ()) -> list[Message]:
+    """Messages for the planner in the `sql` format (with worked examples: (question, SQL) pairs)."""
+    return [Message("system", SQL_PLANNER_SYSTEM.format(dialect=dialect) + _examples(examples, "SQL")),
             Message("user", f"Tables:\n{schema_text}\n\nQuestion: {question}{_expected(expected)}")]
 
 

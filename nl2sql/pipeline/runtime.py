@@ -11,6 +11,7 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from nl2sql.config.models import Config
 from nl2sql.datasources import DatasourceCatalog
@@ -171,6 +172,11 @@ class RunContext:
     def hooks(self) -> HookRunner:
         """The configured hooks."""
         return self.runtime.hooks
+
+    @property
+    def embed(self) -> Callable[[list[str]], Any]:
+        """Unit vectors of short texts (questions, verified questions), cached in the process."""
+        return self.runtime.index.retriever.embedder.embed_cached
 
     @property
     def verified(self) -> VerifiedCatalog:

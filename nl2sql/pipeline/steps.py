@@ -11,7 +11,13 @@ from typing import Any
 
 from nl2sql.aggregate import CombineSpec, Frame, JoinKeyPair, combine
 from nl2sql.datasources.checked import run_checked_sql
-from nl2sql.errors import IndexNotBuilt, QuestionNotAnswerable, QuestionTooBroad, SecurityViolation
+from nl2sql.errors import (
+    IndexNotBuilt,
+    NL2SQLError,
+    QuestionNotAnswerable,
+    QuestionTooBroad,
+    SecurityViolation,
+)
 from nl2sql.pipeline import prompts
 from nl2sql.pipeline.result import RunWarning
 from nl2sql.pipeline.runtime import RunContext
@@ -41,7 +47,7 @@ def match_curated(ctx: RunContext, state: RunState) -> None:
     match = match_verified(
         state.question, [(q.datasource_id, q.position, q.query) for q in readable],
         denied=[(q.datasource_id, q.position, q.query) for q in denied],
-        embed=runtime.index.retriever.embedder.embed_cached,
+        embed=ctx.embed,
         lookup=lambda ds: lambda table, column: runtime.column_values(ds, table, column,
                                                                         scope(policies, state.roles, ds)),
         dialect_of=lambda ds: runtime.catalog.get(ds).name, min_similarity=ctx.config.settings.curated.min_similarity)
@@ -168,15 +174,42 @@ def plan_sub_query(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
         return
     assert sq.retrieved is not None
     expected = [c.name for c in sq.expected_columns]
+    examples = worked_examples(ctx, state, sq)
     if _writes_sql(ctx):
-        messages = prompts.sql_planner_messages(sq.question, sq.retrieved.render(), _dialect(ctx, sq), expected)
+        messages = prompts.sql_planner_messages(sq.question, sq.retrieved.render(), _dialect(ctx, sq), expected,
+                                                examples)
         sq.prompt_chars["planner"] = sum(len(m.content) for m in messages)
         sq.plan_source = "planner"
         _read_written_sql(ctx, sq, ctx.llm.structured("planner", messages, prompts.SQLAnswer).sql)
         return
-    messages = prompts.planner_messages(sq.question, sq.retrieved.render(), _dialect(ctx, sq), expected)
+    messages = prompts.planner_messages(sq.question, sq.retrieved.render(), _dialect(ctx, sq), expected, examples)
     sq.prompt_chars["planner"] = sum(len(m.content) for m in messages)
     sq.plan, sq.plan_source = ctx.llm.structured("planner", messages, PlanModel), "planner"
+
+
+def worked_examples(ctx: RunContext, state: RunState, sq: SubQuery) -> list[tuple[str, str]]:
+    """(question, answer) pairs for the planner's prompt: the verified queries of the sub-query's datasource that
+    the caller may read and that take no parameters, nearest to the question first, each as the planner must
+    answer (its SQL in the `sql` format, its plan read from that SQL in the `plan` format)."""
+    wanted = ctx.config.settings.pipeline.planner.examples
+    candidates = [q for q in ctx.verified.readable(state.roles, [sq.datasource_id]) if not q.query.parameters]
+    if not wanted or not candidates:
+        return []
+    vectors = ctx.embed([sq.question] + [q.query.question for q in candidates])
+    nearest = sorted(zip((vectors[1:] @ vectors[0]).tolist(), candidates, strict=True), key=lambda p: -p[0])
+    examples: list[tuple[str, str]] = []
+    for _, curated in nearest:
+        if _writes_sql(ctx):
+            examples.append((curated.query.question, curated.query.sql.strip()))
+        else:
+            try:
+                plan = plan_from_sql(curated.query.sql, _dialect(ctx, sq))
+            except NL2SQLError:  # a verified statement the plan language cannot say teaches nothing here
+                continue
+            examples.append((curated.query.question, plan.model_dump_json(by_alias=True)))
+        if len(examples) == wanted:
+            break
+    return examples
 
 
 def _writes_sql(ctx: RunContext) -> bool:

@@ -422,3 +422,31 @@ def test_the_sql_format_stops_when_the_refiner_repeats_a_statement(project: Conf
     result = ask(project, question, "viewer", settings={**SQL_FORMAT, "max_retries": 3})
     assert result.status == "error" and result.errors[0].code == "PLAN_UNSUPPORTED"
     assert model.fake.calls("RefinedSQL") == 1 and "REFINER_REPEATED" in [w.code for w in result.warnings]
+
+
+def _planner_system(model: ModelScript, name: str = "PlanModel") -> str:
+    return [r for r in model.fake.requests if model.fake.name_of(r) == name][-1]["messages"][0]["content"]
+
+
+def test_the_planner_is_shown_the_verified_queries_the_caller_may_read_as_worked_examples(
+        project: Config, model: ModelScript) -> None:
+    question = "Which artists have the most albums in the catalog?"
+    model.plan(question, GENRES_PLAN)
+    ask(project, question, "viewer", settings={"plan_cache": False})
+    shown = _planner_system(model)
+    assert "Answered before on this database:" in shown and "- Asked: " in shown and '"kind":"column"' in shown
+    viewer_tables = {"Album", "Artist", "Genre", "MediaType", "Playlist", "PlaylistTrack", "Track"}
+    for denied in ("Customer", "Invoice", "Employee"):
+        assert f'"{denied}"' not in shown  # never a query over a table the viewer may not read
+    assert any(f'"{t}"' in shown for t in viewer_tables)
+
+
+def test_worked_examples_can_be_turned_off_and_follow_the_sql_format(project: Config, model: ModelScript) -> None:
+    question = "Which artists have the most albums in the catalog?"
+    model.plan(question, GENRES_PLAN)
+    ask(project, question, "viewer", settings={"plan_cache": False, "planner": PlannerSettings(examples=0)})
+    assert "Answered before" not in _planner_system(model)
+    answer_sql(model, "SQLAnswer", {question: "SELECT a.Name AS artist FROM Artist a ORDER BY a.Name"})
+    ask(project, question, "viewer", settings=SQL_FORMAT)
+    shown = _planner_system(model, "SQLAnswer")
+    assert "Answered before on this database:" in shown and "SQL: SELECT" in shown
