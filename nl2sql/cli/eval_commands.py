@@ -114,15 +114,11 @@ def _check_llm_specs(specs: list[str]) -> None:
 
 def _check_roles(config: object, roles: list[str] | None) -> None:
     """Each --role names a role of the configuration (a usage error, exit 2, before anything runs)."""
-    from nl2sql.errors import ConfigError, ConfigProblem, did_you_mean
+    from nl2sql.config.load import unknown_role
+    from nl2sql.errors import ConfigError
 
     known = list(config.policies.roles)  # type: ignore[attr-defined]
-    problems = []
-    for name in roles or []:
-        if name not in known:
-            guess = did_you_mean(name, known)
-            problems.append(ConfigProblem("", "--role", f"unknown role '{name}'",
-                                          f"did you mean '{guess}'?" if guess else f"roles: {', '.join(known)}"))
+    problems = [unknown_role("", "--role", name, known) for name in roles or [] if name not in known]
     if problems:
         raise ConfigError(problems)
 

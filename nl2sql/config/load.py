@@ -37,7 +37,7 @@ def load_config(path: str | Path, *, checks: Sequence[ConfigCheck] = ()) -> Conf
     `nl2sql.project.load_project` is this with every check of the engine: what an application loads."""
     path = Path(path)
     label = str(path)
-    raw = _read_yaml(path, label)
+    raw = read_yaml(path, label)
     if not isinstance(raw, dict):
         raise ConfigError(
             ConfigProblem(label, "", "the file is not a mapping of sections", "start it with 'datasources:'")
@@ -62,7 +62,7 @@ def load_config(path: str | Path, *, checks: Sequence[ConfigCheck] = ()) -> Conf
                 continue
             include = path.parent / target
             files[key] = str(include)
-            value = _read_yaml(include, str(include), problems=problems, key=key)
+            value = read_yaml(include, str(include), problems=problems, key=key)
             if len(problems) > before:
                 continue
             if value is None:
@@ -85,7 +85,7 @@ def load_config(path: str | Path, *, checks: Sequence[ConfigCheck] = ()) -> Conf
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
-        later.extend(_problems_from_validation(exc, files, label))
+        later.extend(problems_from_validation(exc, files, label))
         config, valid = _partial_config(data)
     config._path = path.resolve()
     later.extend(check_config(config, files, sections=valid, raw=data, checks=checks))
@@ -124,7 +124,7 @@ def _repeats(problem: ConfigProblem, covered: set[tuple[str, str]]) -> bool:
     )
 
 
-def _read_yaml(
+def read_yaml(
     path: Path, label: str, *, problems: list[ConfigProblem] | None = None, key: str = ""
 ) -> Any:
     """Parse one YAML file; a missing or broken file is a problem (raised at once for the main file)."""
@@ -234,9 +234,10 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     return models[0] if models else None
 
 
-def _problems_from_validation(
+def problems_from_validation(
     exc: ValidationError, files: dict[str, str], label: str
 ) -> Iterator[ConfigProblem]:
+    """A pydantic ValidationError of the configuration as problems, each at its file and key with a fix."""
     for error in exc.errors(include_url=False):
         loc = tuple(error["loc"])
         file = files.get(str(loc[0]), label) if loc else label
@@ -332,7 +333,7 @@ def check_config(
     if ids is not None and isinstance(roles, dict):
         problems.extend(_check_patterns(roles, ids, file("policies")))
     if "llm" in valid:
-        problems.extend(_check_llm(config, file("llm")))
+        problems.extend(check_llm_refs(config, file("llm")))
     if "storage" in valid:
         problems.extend(_check_state_dir(config, file("storage")))
     for check in checks:
@@ -405,7 +406,8 @@ def _check_patterns(roles: dict[str, Any], ids: list[str], file: str) -> list[Co
     return problems
 
 
-def _check_llm(config: Config, file: str) -> list[ConfigProblem]:
+def check_llm_refs(config: Config, file: str) -> list[ConfigProblem]:
+    """The `llm` section's model references and providers exist."""
     llm = config.llm
     problems = []
     model_names = list(llm.models)

@@ -278,7 +278,7 @@ def load_llm(spec: str) -> tuple[str, LLMConfig]:
     ConfigProblem naming the file and the key."""
     from pydantic import BaseModel, ValidationError
 
-    from nl2sql.config.load import _check_llm, _problems_from_validation, _read_yaml, expand_env
+    from nl2sql.config.load import check_llm_refs, expand_env, problems_from_validation, read_yaml
 
     name, _, source = spec.partition("=") if "=" in spec else (spec, "", spec)
     path = Path(source)
@@ -291,7 +291,7 @@ def load_llm(spec: str) -> tuple[str, LLMConfig]:
     if not name:
         raise ConfigError(ConfigProblem("--llm", spec, "the model config has no name", "write NAME=PRESET_OR_FILE"))
     label = str(path)
-    raw = _read_yaml(path, label)
+    raw = read_yaml(path, label)
     raw = {} if raw is None else raw
     if isinstance(raw, dict) and "llm" in raw:
         raw = raw["llm"] if raw["llm"] is not None else {}
@@ -309,8 +309,8 @@ def load_llm(spec: str) -> tuple[str, LLMConfig]:
     try:
         llm = _Section.model_validate({"llm": raw}).llm
     except ValidationError as exc:
-        raise ConfigError(list(_problems_from_validation(exc, {}, label))) from None
-    problems = _check_llm(Config.model_construct(llm=llm), label)
+        raise ConfigError(list(problems_from_validation(exc, {}, label))) from None
+    problems = check_llm_refs(Config.model_construct(llm=llm), label)
     if problems:
         raise ConfigError(problems)
     return Path(name).stem if name == source else name, llm
