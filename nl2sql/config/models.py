@@ -403,6 +403,10 @@ class PipelineSettings(Strict):
     plan_cache: bool = Field(default=True, description="Reuse a plan that ran for the same question, schema and "
                              "scope instead of calling the planner again.")
     planner: PlannerSettings = Field(default_factory=PlannerSettings)
+    answerability_check: bool = Field(
+        default=True, description="Ask the resolver model which datasources a question needs when routing's "
+        "evidence is weak (more than one pick): its answer can only narrow the shortlist, never widen it or refuse "
+        "(the planner says when the tables it is shown cannot answer). Off: routing's picks go to the decomposer.")
 
 
 class ResourceSettings(Strict):

@@ -1,8 +1,9 @@
 """The gold-plan model server of mode plans: a FakeLLMServer that answers every node from the suite.
 
-Resolver: the case's datasources (not answerable for an unanswerable case, so the resolver's refusal
-is what is scored). Decomposer: one sub-query per datasource. Planner and refiner: the gold plan.
-Synthesizer: a fixed sentence. Requests are matched to cases by the question they carry.
+Resolver (when the answerability check is on): the case's datasources. Decomposer: one sub-query per
+datasource. Planner: the gold plan, or for an unanswerable case `cannot_answer` (so the planner's refusal
+is what is scored); refiner: the gold plan. Synthesizer: a fixed sentence. Requests are matched to
+cases by the question they carry.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class GoldModel:
         self.plans = dict(plans or {})  # case id → a plan served instead of the gold one
         self.usage = usage  # canned token counts for every answer (None: computed from sizes)
         for name, answer in (("Answerability", self._answerability), ("Decomposition", self._decomposition),
-                             ("PlanModel", self._plan), ("RefinedPlan", self._plan),
+                             ("PlanModel", self._planner), ("RefinedPlan", self._plan),
                              ("text", lambda body: FIXED_ANSWER)):
             server.respond_with(name, self._with_usage(answer))
 
@@ -61,6 +62,12 @@ class GoldModel:
         datasources = case.datasources if case else []
         return {"sub_queries": [{"datasource_id": ds, "question": case.question if case else "",
                                  "expected_columns": []} for ds in datasources], "combine": None}
+
+    def _planner(self, body: Mapping[str, Any]) -> dict:
+        case = self.case_of(body)
+        if case is not None and not case.answerable:
+            return {"select": [], "from": {"table": "none", "alias": None}, "cannot_answer": "No table holds this."}
+        return self._plan(body)
 
     def _plan(self, body: Mapping[str, Any]) -> dict:
         case = self.case_of(body)

@@ -227,9 +227,11 @@ class EvalSession:
 
         trace_id = str(uuid.uuid4())
         started = time.perf_counter()
+        # mode plans measures plans, not routing (mode retrieval does): a case on one datasource is asked there
+        pinned = job.case.datasources[0] if self.mode == "plans" and len(job.case.datasources) == 1 else None
         try:
             result = ask_inline(self.runtimes[job.config_name], job.case.question, roles=[job.role],
-                                trace_id=trace_id)
+                                trace_id=trace_id, datasource_id=pinned)
         except Exception as exc:  # an engine fault: scored as a failed run, the eval goes on
             return CaseRun(job.case, job.role, latency_s=time.perf_counter() - started,
                            error=f"{type(exc).__name__}: {exc}",

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from nl2sql.llm.models import Message
+from nl2sql.plan import PlanModel
 
 # --- structured answers ---------------------------------------------------------------------------
 
@@ -105,12 +106,24 @@ def same_ids(written: Sequence[str], allowed: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(canonical[w.strip().lower()] for w in written if w.strip().lower() in canonical))
 
 
+CANNOT_ANSWER = Field(default=None, description="Only when no table shown holds what the question asks about: "
+                      "why, in one sentence. Leave it out otherwise.")
+
+
 class SQLAnswer(BaseModel):
-    """The planner's answer in the `sql` format: one SELECT statement."""
+    """The planner's answer in the `sql` format: one SELECT statement, or why none of the tables can answer."""
 
     model_config = ConfigDict(extra="forbid")
 
     sql: str = Field(description="One SELECT statement in the datasource's dialect.")
+    cannot_answer: str | None = CANNOT_ANSWER
+
+
+class PlannerPlan(PlanModel):
+    """The planner's answer in the `plan` format: the plan, or why none of the tables can answer (last: a decoder
+    that writes fields in order has written a plan before it may give up)."""
+
+    cannot_answer: str | None = CANNOT_ANSWER
 
 
 # --- messages -------------------------------------------------------------------------------------
@@ -163,24 +176,32 @@ Example, for tables orders(order_id, customer_id, amount, placed_on) and custome
  "order_by": [{"expr": {"kind": "column", "table": null, "column": "total_amount"}, "direction": "desc"}],
  "limit": null, "offset": null, "distinct": false}"""
 
-PLANNER_SYSTEM = """You write a query plan (JSON) that answers the question from the tables below.
+_PLAN_RULES = """You write a query plan (JSON) that answers the question from the tables below.
 Use only the tables and columns listed, with their exact names. Dialect: {dialect}.
 Give each output column a short snake_case alias; return the expected columns when they are listed.
-Break ties in ordering on a key column. Use a LIMIT only when the question asks for a number of rows.
+Break ties in ordering on a key column. Use a LIMIT only when the question asks for a number of rows."""
+_PLAN_LANGUAGE = "\n\n" + PLAN_LANGUAGE.replace("{", "{{").replace("}", "}}")
 
-""" + PLAN_LANGUAGE.replace("{", "{{").replace("}", "}}")
+# the refiner's answer has no way out: it fixes the plan it is shown
+PLANNER_SYSTEM = _PLAN_RULES + """
+Only when no table below holds what the question asks about (it is not about this data), add
+"cannot_answer": "the reason" to a plan with "select": [] and "from": {{"table": "none"}}.""" + _PLAN_LANGUAGE
 
-REFINER_SYSTEM = PLANNER_SYSTEM + """
+REFINER_SYSTEM = _PLAN_RULES + _PLAN_LANGUAGE + """
 Your previous plan failed. Read the errors and return a corrected plan."""
 
-SQL_PLANNER_SYSTEM = """You write one SQL SELECT statement that answers the question from the tables below.
+_SQL_RULES = """You write one SQL SELECT statement that answers the question from the tables below.
 Use only the tables and columns listed, with their exact names. Dialect: {dialect}.
 Answer as JSON: {{"sql": "SELECT …"}}. One statement, no comments.
 Give each output column a short snake_case alias; return the expected columns when they are listed.
 Give each table an alias and qualify every column with it. Join with JOIN … ON key pairs.
 Break ties in ordering on a key column. Use a LIMIT only when the question asks for a number of rows."""
 
-SQL_REFINER_SYSTEM = SQL_PLANNER_SYSTEM + """
+SQL_PLANNER_SYSTEM = _SQL_RULES + """
+Only when no table below holds what the question asks about (it is not about this data), answer
+{{"sql": "", "cannot_answer": "the reason"}}."""
+
+SQL_REFINER_SYSTEM = _SQL_RULES + """
 Your previous statement failed. Read the errors and return a corrected statement."""
 
 SYNTHESIZER_SYSTEM = """You answer a question in two or three plain sentences from the query result given.

@@ -18,6 +18,7 @@ from nl2sql.errors import (
     QuestionTooBroad,
     SecurityViolation,
 )
+from nl2sql.index.route import Routing
 from nl2sql.pipeline import prompts
 from nl2sql.pipeline.result import RunWarning
 from nl2sql.pipeline.runtime import RunContext
@@ -60,7 +61,8 @@ def match_curated(ctx: RunContext, state: RunState) -> None:
 
 
 def resolve_datasources(ctx: RunContext, state: RunState) -> None:
-    """The caller's datasources first (none: refused, no search), then routing, then the model's answerability check."""
+    """The caller's datasources first (none: refused, no search), then routing's picks; the model's answerability
+    check (`settings.pipeline.answerability_check`) only where routing's evidence is weak, and only to narrow."""
     reachable = _reachable(ctx, state)
     if not reachable:
         ctx.trace.publish("policy.decision", decision="deny", step="resolver", datasource_id=state.datasource_id,
@@ -76,11 +78,21 @@ def resolve_datasources(ctx: RunContext, state: RunState) -> None:
                             fix="Run `nl2sql index build` first.", node="resolver")
     routing = index.route(state.question, state.roles, built)
     state.routing = routing.explanation()
+    picks = routing.picks or built[:1]
+    state.datasource_ids = picks
+    # one pick: the others fell below the floor, and a model's second opinion only loses answers it would have got
+    if len(picks) > 1 and ctx.config.settings.pipeline.answerability_check and ctx.llm.configured("resolver"):
+        state.datasource_ids = check_answerability(ctx, state, routing, picks)
+
+
+def check_answerability(ctx: RunContext, state: RunState, routing: Routing, picks: list[str]) -> list[str]:
+    """The datasources of the shortlist the resolver model says the question needs (it reasons before its verdict);
+    routing's picks stand when it names none of them or says nothing answers (the planner decides that)."""
+    index = ctx.index
     # the model sees the picks, then the next-best candidates up to the shortlist size: a question that needs
     # two databases may rank the second below the similarity floor
     ranked = [c.datasource_id for c in sorted(routing.candidates, key=lambda c: -c.score)]
-    shortlist = list(dict.fromkeys([*routing.picks, *ranked]))[: max(len(routing.picks),
-                                                                     ctx.config.settings.routing.shortlist)] or built[:1]
+    shortlist = list(dict.fromkeys([*picks, *ranked]))[: max(len(picks), ctx.config.settings.routing.shortlist)]
     described = []
     for ds in shortlist:
         schema = index.retrieve_schema(state.question, state.roles, ds)
@@ -89,14 +101,17 @@ def resolve_datasources(ctx: RunContext, state: RunState) -> None:
     state.prompt_chars["resolver"] = sum(len(m.content) for m in messages)
     answer = ctx.llm.structured("resolver", messages, prompts.answerability_for(tuple(shortlist)))
     state.answerability = answer.model_dump()
-    if not answer.answerable:
-        # a fixed sentence: the model's own words may name data the caller may not see, or be wrong
-        raise QuestionNotAnswerable(
-            "None of the data you can reach answers this question.",
-            fix=f"Rephrase it in terms of the data you may ask about ({', '.join(reachable)}; see `nl2sql "
-            "datasources list`), or name one with --datasource.", node="resolver")
-    chosen = prompts.same_ids(answer.datasource_ids, shortlist)  # never widens the scope
-    state.datasource_ids = chosen or shortlist[:1]
+    chosen = prompts.same_ids(answer.datasource_ids, shortlist) if answer.answerable else []  # never widens
+    return chosen or picks
+
+
+def not_answerable(ctx: RunContext, state: RunState, node: str) -> QuestionNotAnswerable:
+    """The refusal of a question no reachable data answers: a fixed sentence and the datasources the caller may ask
+    about (a model's own words may name data the caller may not see, or be wrong)."""
+    return QuestionNotAnswerable(
+        "None of the data you can reach answers this question.",
+        fix=f"Rephrase it in terms of the data you may ask about ({', '.join(_reachable(ctx, state))}; see "
+        "`nl2sql datasources list`), or name one with --datasource.", node=node)
 
 
 def decompose(ctx: RunContext, state: RunState) -> None:
@@ -130,6 +145,10 @@ def decompose(ctx: RunContext, state: RunState) -> None:
     if not kept:
         raise QuestionNotAnswerable("The question could not be split into queries on the data you can reach.",
                                     node="decomposer")
+    if len(kept) == 1:  # one database after all: it is asked the asker's own question, not a rewording of it
+        state.datasource_ids = [kept[0].datasource_id]
+        state.sub_queries = [SubQuery(id="sq1", datasource_id=kept[0].datasource_id, question=state.question)]
+        return
     state.sub_queries = kept
     c = plan.combine
     if c is not None and c.left in positions and c.right in positions and c.left != c.right:
@@ -180,11 +199,18 @@ def plan_sub_query(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
                                                 examples)
         sq.prompt_chars["planner"] = sum(len(m.content) for m in messages)
         sq.plan_source = "planner"
-        _read_written_sql(ctx, sq, ctx.llm.structured("planner", messages, prompts.SQLAnswer).sql)
+        written = ctx.llm.structured("planner", messages, prompts.SQLAnswer)
+        if written.cannot_answer:
+            raise not_answerable(ctx, state, "planner")
+        _read_written_sql(ctx, sq, written.sql)
         return
     messages = prompts.planner_messages(sq.question, sq.retrieved.render(), _dialect(ctx, sq), expected, examples)
     sq.prompt_chars["planner"] = sum(len(m.content) for m in messages)
-    sq.plan, sq.plan_source = ctx.llm.structured("planner", messages, PlanModel), "planner"
+    answer = ctx.llm.structured("planner", messages, prompts.PlannerPlan, schema_name="PlanModel")
+    if answer.cannot_answer:
+        raise not_answerable(ctx, state, "planner")
+    sq.plan = PlanModel.model_validate(answer.model_dump(by_alias=True, exclude={"cannot_answer"}))
+    sq.plan_source = "planner"
 
 
 def worked_examples(ctx: RunContext, state: RunState, sq: SubQuery) -> list[tuple[str, str]]:

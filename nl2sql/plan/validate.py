@@ -322,7 +322,10 @@ class PlanValidator:
         if col is None:
             self.issue("UNKNOWN_COLUMN", _no_such_column(info, ref.column), path)
             return None
-        ref.column = col.name
+        if ref.column != col.name:
+            self.repairs.append(PlanIssue("COLUMN_CASE", f"{ref.table}.{ref.column} read as {ref.table}.{col.name}.",
+                                          path))
+            ref.column = col.name
         return dtype_of(col.type, sqlglot_dialect(self.snapshot.dialect))
 
     def _unqualified(self, ref: m.ColumnRef, frame: VisibleNames, clause: str, path: str) -> Dtype | None:
@@ -517,9 +520,22 @@ class PlanValidator:
                 info = frame.tables[ref.table.lower()][1]
                 if info is None or info.column(ref.column) is None:
                     continue  # already reported as unknown
-                if (ref.table.lower(), ref.column.lower()) not in grouped:
+                column = (ref.table.lower(), ref.column.lower())
+                if column not in grouped and _keyed_by(info, ref.table.lower(), grouped):
+                    # grouped by the table's key: the column has one value per group, so grouping by it too
+                    # changes no group (the one reading)
+                    self.repairs.append(PlanIssue("GROUP_BY_DEPENDENT_COLUMN", f"{ref.table}.{ref.column} added to "
+                                                  f"group_by (the plan groups by the key of {ref.table}).", where))
+                    plan.group_by.append(m.ColumnRef(table=ref.table, column=ref.column))
+                    grouped.add(column)
+                if column not in grouped:
                     self.issue("GROUP_BY_MISMATCH", f"{ref.table}.{ref.column} is used without an aggregate but is "
                                "not in group_by. Add it to group_by or aggregate it.", where)
+
+
+def _keyed_by(info: TableInfo, alias: str, grouped: set[tuple[str, str]]) -> bool:
+    """Whether the grouped columns hold the whole primary key of the table read under `alias`."""
+    return bool(info.primary_key) and all((alias, c.lower()) in grouped for c in info.primary_key)
 
 
 def validate_plan(plan: m.PlanModel, snapshot: SchemaSnapshot, scope: Scope) -> ValidatedPlan:

@@ -14,6 +14,7 @@ from nl2sql.config import Config
 from nl2sql.config.models import PlannerSettings
 from nl2sql.errors import GENERIC_REFUSAL
 from nl2sql.events import Event
+from nl2sql.index.service import IndexService
 from nl2sql.llm.fake import FakeAnswer
 from nl2sql.pipeline import ask_inline
 from tests.support.ask import (
@@ -75,7 +76,7 @@ def test_a_single_datasource_question_streams_its_answer_and_keeps_a_trace(proje
     assert sq.rows[0][2] == 3290 and sq.total_rows == 14
     deltas = "".join(e.data["text"] for e in events if e.name == "answer.delta")
     assert deltas.strip() == result.answer.content
-    assert result.llm_calls == 3  # resolver, planner, synthesizer
+    assert result.llm_calls == 2  # planner, synthesizer: routing's one pick needs no answerability check
     assert result.cost_usd and result.cost_usd > 0 and result.usage["input_tokens"] > 0
     from nl2sql.index.store import StateStore
 
@@ -99,7 +100,7 @@ def test_the_plan_cache_skips_the_planner_the_second_time(project: Config, model
 
 def test_a_cross_database_question_joins_chinook_customers_with_support_tickets(project: Config,
                                                                                model: ModelScript) -> None:
-    question = "How many support tickets did customers open, by customer and country?"
+    question = "Support tickets opened per customer, with the customer's country"
     model.routes[question] = ["chinook", "support"]
     model.decompositions[question] = {
         "sub_queries": [
@@ -160,12 +161,13 @@ def test_a_role_with_no_datasource_is_refused_before_any_search(project: Config,
     assert result.answer.content == GENERIC_REFUSAL
 
 
-def test_an_unanswerable_question_stops_at_the_resolver(project: Config, model: ModelScript) -> None:
+def test_an_unanswerable_question_is_refused_by_the_planner(project: Config, model: ModelScript) -> None:
     question = "Will it rain in Oslo tomorrow?"
     model.unanswerable.add(question)
     result = ask(project, question, "analyst")
     assert result.status == "error" and [e.code for e in result.errors] == ["QUESTION_NOT_ANSWERABLE"]
-    assert "weather" not in result.errors[0].message and model.fake.calls("PlanModel") == 0
+    assert "weather" not in result.errors[0].message and model.fake.calls("PlanModel") == 1
+    assert model.fake.calls("text") == 0 and not result.sub_queries[0].sql
 
 
 def test_a_bad_structured_answer_is_asked_again(project: Config, model: ModelScript) -> None:
@@ -215,7 +217,9 @@ def test_a_refiner_that_cycles_between_failed_plans_stops(project: Config, model
 
 def test_the_call_limit_stops_the_run_and_says_which_limit(project: Config, model: ModelScript) -> None:
     events: list[Event] = []
-    result = ask(project, "List all the genres, please.", "viewer", events, settings={"max_llm_calls": 1})
+    model.plan("List all the genres, please.", GENRES_PLAN)
+    result = ask(project, "List all the genres, please.", "viewer", events, settings={"max_llm_calls": 1,
+                                                                                       "plan_cache": False})
     assert result.status == "stopped" and result.errors[0].code == "RUN_LIMIT_REACHED"
     assert "settings.pipeline.max_llm_calls" in result.answer.content and result.llm_calls == 1
     assert [e.data["limit"] for e in events if e.name == "run.limit_reached"] == ["max_llm_calls"]
@@ -347,7 +351,7 @@ def test_every_log_line_of_a_run_carries_its_trace_id(project: Config, model: Mo
     import dataclasses
 
     pipeline = dataclasses.replace(declaration.ASK, sub_query=subs)
-    question = "How many support tickets did customers open, by customer and country?"
+    question = "Support tickets opened per customer, with the customer's country"
     model.split_by_customer(question)
     from nl2sql.pipeline.inline import run_parallel
     from nl2sql.pipeline.run import drive, finish_run, invoke_step, start_run
@@ -450,3 +454,58 @@ def test_worked_examples_can_be_turned_off_and_follow_the_sql_format(project: Co
     ask(project, question, "viewer", settings=SQL_FORMAT)
     shown = _planner_system(model, "SQLAnswer")
     assert "Answered before on this database:" in shown and "SQL: SELECT" in shown
+
+
+# --- which datasources: routing's evidence decides, the model check only narrows -----------------------------
+
+TWO_PICKS = "How many tickets did each customer open, with the customer's country?"
+
+
+def test_one_routing_pick_asks_no_model_which_datasource(project: Config, model: ModelScript) -> None:
+    result = ask(project, PLAYLISTS, "analyst", settings={"plan_cache": False})
+    assert result.status == "success" and model.fake.calls("Answerability") == 0
+    assert IndexService(project).route(PLAYLISTS, ["analyst"]).picks == ["chinook"]
+
+
+def test_the_answerability_check_narrows_weak_evidence_to_one_datasource(project: Config,
+                                                                         model: ModelScript) -> None:
+    model.routes[TWO_PICKS] = ["SUPPORT"]
+    model.plans[TWO_PICKS] = TICKETS_PLAN
+    result = ask(project, TWO_PICKS, "analyst", settings={"plan_cache": False})
+    assert result.status == "success", result.errors
+    assert len(IndexService(project).route(TWO_PICKS, ["analyst"]).picks) > 1
+    assert model.fake.calls("Answerability") == 1
+    assert [sq.datasource_id for sq in result.sub_queries] == ["support"]
+    assert model.fake.calls("Decomposition") == 0  # one datasource: nothing to split
+
+
+def test_the_answerability_check_cannot_refuse(project: Config, model: ModelScript) -> None:
+    """A check that says nothing answers leaves routing's picks standing: the planner decides, not the check."""
+    model.fake.respond_with("Answerability", lambda body: {"reason": "The question is not about data.",
+                                                           "answerable": False, "datasource_ids": []})
+    model.decompositions[TWO_PICKS] = {"sub_queries": [{"datasource_id": "support", "question": "Tickets",
+                                                        "expected_columns": []}], "combine": None}
+    model.plans[TWO_PICKS] = TICKETS_PLAN
+    result = ask(project, TWO_PICKS, "analyst", settings={"plan_cache": False})
+    assert result.status == "success", result.errors
+    assert model.fake.calls("Decomposition") == 1
+    # one sub-query after all: it is asked the asker's own question, not the decomposer's rewording
+    assert [(sq.datasource_id, sq.question) for sq in result.sub_queries] == [("support", TWO_PICKS)]
+
+
+def test_without_the_check_routings_picks_go_to_the_decomposer(project: Config, model: ModelScript) -> None:
+    model.split_by_customer(TWO_PICKS, combine={"kind": "join", "left": 0, "right": 1,
+                                                "join_keys": [{"left": "customer_id", "right": "customer_id"}]})
+    result = ask(project, TWO_PICKS, "analyst", settings={"plan_cache": False, "answerability_check": False})
+    assert result.status == "success", result.errors
+    assert model.fake.calls("Answerability") == 0 and model.fake.calls("Decomposition") == 1
+    assert [sq.datasource_id for sq in result.sub_queries] == ["chinook", "support"]
+
+
+def test_the_sql_planner_may_say_the_tables_cannot_answer(project: Config, model: ModelScript) -> None:
+    question = "What will the weather be in Oslo tomorrow?"
+    model.fake.respond_with("SQLAnswer", lambda body: {"sql": "", "cannot_answer": "No weather table."})
+    result = ask(project, question, "viewer", settings=SQL_FORMAT)
+    assert result.status == "error" and [e.code for e in result.errors] == ["QUESTION_NOT_ANSWERABLE"]
+    assert "weather" not in result.errors[0].message + (result.errors[0].fix or "")
+    assert not any(sq.sql for sq in result.sub_queries) and model.fake.calls("RefinedSQL") == 0

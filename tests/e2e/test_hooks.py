@@ -16,7 +16,7 @@ from nl2sql.llm.fake import FakeLLMServer
 from nl2sql.pipeline import Runtime, ask_inline
 from tests.support.ask import GENRES_PLAN, INVOICE_PLAN, ModelScript, write_ask_project
 
-CROSS = "How many support tickets did customers open, by customer and country?"
+CROSS = "Support tickets opened per customer, with the customer's country"
 
 
 class _Options(BaseModel):

@@ -115,7 +115,7 @@ class ModelScript:
         fake.reset()
         fake.respond_with("Answerability", self._answerability)
         fake.respond_with("Decomposition", lambda body: self.decompositions[asked(body)])
-        fake.respond_with("PlanModel", lambda body: copy.deepcopy(self.plans[asked(body)]))
+        fake.respond_with("PlanModel", self._planner)
         fake.respond_with("text", lambda body: self.answers.get(asked(body), "The result is shown below."))
 
     def _answerability(self, body: Mapping[str, Any]) -> dict:
@@ -123,6 +123,12 @@ class ModelScript:
         if question in self.unanswerable:
             return {"answerable": False, "datasource_ids": [], "reason": "No database holds weather data."}
         return {"answerable": True, "datasource_ids": self.routes.get(question, ["chinook"]), "reason": "It does."}
+
+    def _planner(self, body: Mapping[str, Any]) -> dict:
+        question = asked(body)
+        if question in self.unanswerable:
+            return {"select": [], "from": {"table": "none"}, "cannot_answer": "No table holds weather data."}
+        return copy.deepcopy(self.plans[question])
 
     def plan(self, question: str, plan: dict, *, route: list[str] | None = None) -> None:
         """The planner's plan for a question (and the resolver's datasources)."""

@@ -548,3 +548,28 @@ def test_a_table_name_with_two_aliases_in_scope_is_not_guessed(snapshot: SchemaS
 
 def test_a_plan_without_repairs_reports_none(snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
     assert check(plan(col("i", "Total")), snapshot, scopes["analyst"]).repairs == []
+
+
+def test_a_column_of_a_table_grouped_by_its_key_is_added_to_group_by(snapshot: SchemaSnapshot,
+                                                                      scopes: dict[str, Scope]) -> None:
+    data = plan(col("c", "CustomerId"), col("c", "LastName"), agg("sum", col("i", "Total")), joins=[CUSTOMER],
+                group_by=[col("c", "CustomerId")])
+    validated = check(data, snapshot, scopes["analyst"])
+    assert [(e.table, e.column) for e in validated.plan.group_by] == [("c", "CustomerId"), ("c", "LastName")]
+    assert [r.code for r in validated.repairs] == ["GROUP_BY_DEPENDENT_COLUMN"]
+    assert "GROUP BY c.CustomerId, c.LastName" in generate_sql(validated.plan, "sqlite")
+
+
+def test_a_column_not_determined_by_the_grouped_key_is_still_an_error(snapshot: SchemaSnapshot,
+                                                                      scopes: dict[str, Scope]) -> None:
+    data = plan(col("c", "Country"), col("i", "BillingCity"), agg("sum", col("i", "Total")), joins=[CUSTOMER],
+                group_by=[col("c", "Country")])
+    error = problems(data, snapshot, scopes["analyst"])
+    assert [i.code for i in error.issues] == ["GROUP_BY_MISMATCH"]
+
+
+def test_a_column_written_in_another_case_is_read_as_the_schema_has_it(snapshot: SchemaSnapshot,
+                                                                       scopes: dict[str, Scope]) -> None:
+    validated = check(plan(col("i", "total")), snapshot, scopes["analyst"])
+    assert validated.plan.select[0].expr.column == "Total"
+    assert [r.code for r in validated.repairs] == ["COLUMN_CASE"]
