@@ -97,9 +97,11 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--structured-output", default="json_object",
                         help="How the endpoint takes a schema: json_schema, json_object, tool or prompt.")
     parser.add_argument("--timeout-s", type=float, default=240.0, help="One model call's timeout.")
+    parser.add_argument("--max-tokens", type=int, default=1536, help="An answer's cap (a plan needs a few hundred "
+                        "tokens; the cap ends a decoder that loops before the call's timeout does).")
     parser.add_argument("--run-timeout-s", type=float, default=600.0, help="One question's (settings.pipeline).")
     parser.add_argument("--suite", default="suites/chinook.yaml")
-    parser.add_argument("--role", default="analyst")
+    parser.add_argument("--role", default="analyst", help="The role the cases run as; all: each role a case names.")
     parser.add_argument("--case", action="append")
     parser.add_argument("--tag", action="append")
     parser.add_argument("--limit", type=int)
@@ -107,6 +109,8 @@ def _args() -> argparse.Namespace:
                         "(default: the project's).")
     parser.add_argument("--examples", type=int, default=None, help="settings.pipeline.planner.examples.")
     parser.add_argument("--answerability-check", choices=("on", "off"), default=None)
+    parser.add_argument("--synthesizer", choices=("on", "off"), default="off", help="Also have the model write the "
+                        "answer's prose (not scored by strict; off keeps a local server's prompt cache on the planner).")
     parser.add_argument("--systems", default="engine,direct")
     parser.add_argument("--project", help="A demo project already indexed (default: a fresh one).")
     parser.add_argument("--name", default="latest", help="Output: benchmarks/models/NAME.json")
@@ -115,17 +119,22 @@ def _args() -> argparse.Namespace:
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
     return {"format": args.format, "examples": args.examples, "answerability_check": args.answerability_check,
-            "structured_output": args.structured_output, "timeout_s": args.timeout_s,
-            "run_timeout_s": args.run_timeout_s}
+            "structured_output": args.structured_output, "timeout_s": args.timeout_s, "max_tokens": args.max_tokens,
+            "run_timeout_s": args.run_timeout_s, "synthesizer": args.synthesizer}
 
 
 def _llm_section(args: argparse.Namespace) -> dict[str, Any]:
     model: dict[str, Any] = {"provider": "openai", "base_url": args.base_url, "model": args.model,
                              "structured_output": args.structured_output, "timeout_s": args.timeout_s,
-                             "stream_all": True}
+                             "stream_all": True, "max_tokens": args.max_tokens, "max_concurrent": 1}
     if args.api_key:
         model["api_key"] = args.api_key
-    return {"models": {"bench": model}, "default": "bench", "prices": {args.model: {"input": 0, "output": 0}}}
+    section: dict[str, Any] = {"models": {"bench": model}, "prices": {args.model: {"input": 0, "output": 0}}}
+    if args.synthesizer == "on":
+        section["default"] = "bench"
+    else:  # the answer's prose is not scored here: without it the planner's prompt stays in the server's cache
+        section["nodes"] = {node: "bench" for node in ("resolver", "decomposer", "planner", "refiner")}
+    return section
 
 
 def _demo_project(target: Path) -> Path:
@@ -154,8 +163,10 @@ def _configured(source: Path, target: Path, args: argparse.Namespace) -> Path:
 
 def _engine(config: Path, llm: Path, suite: Path, cases: list[EvalCase], args: argparse.Namespace) -> list[dict]:
     report_path = config.with_suffix(".report.json")
-    command = ["-c", str(config), "eval", "run", "--mode", "full", "--suite", str(suite), "--role", args.role,
+    command = ["-c", str(config), "eval", "run", "--mode", "full", "--suite", str(suite),
                "--llm", f"bench={llm}", "--max-cost", "1", "--out", str(report_path)]
+    if args.role != "all":
+        command += ["--role", args.role]
     for case in cases:
         command += ["--case", case.id]
     _cli(*command, check=False)
@@ -167,11 +178,12 @@ def _engine(config: Path, llm: Path, suite: Path, cases: list[EvalCase], args: a
         strict = bool(verdicts) and all(verdicts)
         lenient = [s["detail"].get("lenient", s["passed"]) if n == "result_match" else s["passed"]
                    for n, s in r["scores"].items() if n != "faithfulness" and s["passed"] is not None]
-        records.append({"case_id": r["case_id"], "passed": strict, "lenient": bool(lenient) and all(lenient),
+        records.append({"case_id": r["case_id"], "role": r["role"], "passed": strict, "lenient": bool(lenient) and all(lenient),
                         "outcome": r["outcome"], "status": r["status"], "error_code": r.get("error_code"),
                         "latency_s": r["latency_s"], "llm_calls": r.get("llm_calls"),
                         "parse_retries": r.get("parse_retries"), "refiner_rounds": r.get("refiner_rounds"),
-                        "repairs": r.get("repairs"), "warnings": r.get("warnings", []), "sql": r.get("sql", [])})
+                        "repairs": r.get("repairs"), "warnings": r.get("warnings", []), "sql": r.get("sql", []),
+                        "error": r.get("error")})
     return records
 
 
@@ -181,10 +193,10 @@ def _direct(config_path: Path, cases: list[EvalCase], args: argparse.Namespace) 
     index = IndexService(config)
     records = []
     with DatasourceCatalog(config) as catalog:
-        for case in cases:
+        for case, role in ((c, r) for c in cases for r in (list(c.outcome) if args.role == "all" else [args.role])):
             client = LLMClient(llm)
             ds = case.datasources[0] if case.datasources else config.datasources[0].id
-            caller = scope(config.policies, [args.role], ds)
+            caller = scope(config.policies, [role], ds)
             live = index.live(ds)
             assert live is not None and live.snapshot is not None, f"{ds} has no index build"
             dialect = live.snapshot.dialect
@@ -204,11 +216,11 @@ def _direct(config_path: Path, cases: list[EvalCase], args: argparse.Namespace) 
             except NL2SQLError as exc:
                 code = exc.code
                 got = "refused" if exc.code == "SECURITY_VIOLATION" else "error"
-            expected = case.outcome.get(args.role, "allowed" if case.answerable else "unanswerable")
+            expected = case.outcome.get(role, "allowed" if case.answerable else "unanswerable")
             passed = got == expected and (expected != "allowed" or any(
                 rows_match([list(r.values()) for r in gold], rows or [], order_matters=case.order_matters)
                 for gold in case.gold_rows()))
-            records.append({"case_id": case.id, "passed": passed, "outcome": got, "expected": expected,
+            records.append({"case_id": case.id, "role": role, "passed": passed, "outcome": got, "expected": expected,
                             "error_code": code, "latency_s": round(time.monotonic() - started, 2),
                             "llm_calls": len(client.records), "sql": [sql] if sql else []})
             print(f"  direct {case.id}: {'pass' if passed else 'fail'} ({got}{', ' + code if code else ''})",

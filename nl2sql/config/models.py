@@ -267,6 +267,10 @@ class ModelConfig(Strict):
         default="max_tokens", description="The field the openai wire sends the cap in (OpenAI's o-series and gpt-5 "
         "take only max_completion_tokens)."
     )
+    max_concurrent: int | None = Field(
+        default=None, ge=1, description="Calls to this model at once from one process; unset: no limit. Set 1 for a "
+        "server that serves one request at a time (llama-cpp-python's server drops the request it is answering when "
+        "the next one arrives, and a question's sub-queries are planned in parallel).")
     stream_all: bool = Field(
         default=False, description="Stream every call, not only those that show text as it comes, so a server that "
         "only notices a client gone mid-stream (llama-cpp-python's) stops generating when a call times out."

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from importlib.metadata import entry_points
 from typing import Any, TypeVar
 
@@ -21,7 +23,7 @@ from nl2sql.config.models import LLM_NODES, LLMConfig, ModelConfig
 from nl2sql.config.reading import loads_json
 from nl2sql.errors import NL2SQLError, UnknownNameError
 from nl2sql.llm.budget import Budget
-from nl2sql.llm.json_schema import strict_json_schema
+from nl2sql.llm.json_schema import strict_json_schema, with_enums
 from nl2sql.llm.models import CallRecord, LLMError, LLMParseError, LLMResponse, Message, Usage
 from nl2sql.llm.prices import call_cost, price_for
 from nl2sql.llm.wires import BACKOFF_S, AnthropicWire, ChatRequest, OnDelta, OpenAIWire, Wire, http_timeout
@@ -61,6 +63,20 @@ def validation_lines(exc: ValidationError | json.JSONDecodeError) -> list[str]:
 
     lines = [f"{key_path(tuple(e['loc'])) or '(top)'}: {e['msg']}" for e in exc.errors(include_url=False)]
     return lines[:MAX_ERROR_LINES] + ([f"… and {len(lines) - MAX_ERROR_LINES} more"] if len(lines) > MAX_ERROR_LINES else [])
+
+
+_SLOTS: dict[tuple[str, str, str], threading.BoundedSemaphore] = {}
+_SLOTS_LOCK = threading.Lock()
+
+
+def _call_slot(model: ModelConfig) -> AbstractContextManager[Any]:
+    """A slot of the model's `max_concurrent` calls, shared by every client of the process (none: no limit)."""
+    if model.max_concurrent is None:
+        return nullcontext()
+    key = (model.provider, model.base_url or "", model.model)
+    with _SLOTS_LOCK:
+        slot = _SLOTS.setdefault(key, threading.BoundedSemaphore(model.max_concurrent))
+    return slot
 
 
 class LLMClient:
@@ -132,7 +148,8 @@ class LLMClient:
         self.budget.before_call()  # raises LimitReached: never caught by the retry loops below
         prompt_chars = sum(len(m.content) for m in request.messages)
         try:
-            response = wire.complete(request, on_delta=on_delta)
+            with _call_slot(wire.config):
+                response = wire.complete(request, on_delta=on_delta)
         except LLMError as exc:
             self._record(CallRecord(node=node, model=wire.config.model, provider=wire.provider, usage=Usage(),
                                     cost_usd=None, latency_ms=0.0, prompt_chars=prompt_chars, ok=False,
@@ -151,10 +168,12 @@ class LLMClient:
             self.on_call(record)
 
     def structured(self, node: str, messages: list[Message], output: type[T], *, max_parse_retries: int = 2,
-                   schema_name: str | None = None) -> T:
-        """Ask for an answer that validates as `output`; on a bad answer, retry with its errors (not the answer)."""
+                   schema_name: str | None = None, enums: dict[tuple[str, str], list[str]] | None = None) -> T:
+        """Ask for an answer that validates as `output`; on a bad answer, retry with its errors (not the answer).
+        `enums` narrows string fields of the schema sent (see `json_schema.with_enums`); parsing is not narrowed."""
         name = schema_name or output.__name__
-        request = ChatRequest(node=node, messages=list(messages), json_schema=strict_json_schema(output), schema_name=name)
+        schema = strict_json_schema(output) if not enums else with_enums(strict_json_schema(output), enums)
+        request = ChatRequest(node=node, messages=list(messages), json_schema=schema, schema_name=name)
         for attempt in range(max_parse_retries + 1):
             response = self._call(node, request)
             try:

@@ -64,6 +64,18 @@ def strict_json_schema(model: type[BaseModel]) -> dict:
     return root
 
 
+def with_enums(schema: dict, enums: dict[tuple[str, str], list[str]]) -> dict:
+    """A copy of a strict schema with some string properties of its `$defs` made enums: (definition, property) →
+    the values a constrained decoder may write there (a definition the schema lacks is left alone)."""
+    out = copy.deepcopy(schema)
+    for (definition, prop), values in enums.items():
+        node = out.get("$defs", {}).get(definition, {}).get("properties", {}).get(prop)
+        if node is not None and values:
+            node.pop("anyOf", None)
+            node.update({"type": "string", "enum": list(dict.fromkeys(values))})
+    return out
+
+
 def _members(union: object) -> frozenset[str]:
     """The class names a union type holds (through an Annotated wrapper)."""
     inner = typing.get_args(union)[0] if typing.get_origin(union) is typing.Annotated else union

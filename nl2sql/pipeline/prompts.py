@@ -107,7 +107,7 @@ def same_ids(written: Sequence[str], allowed: Sequence[str]) -> list[str]:
 
 
 CANNOT_ANSWER = Field(default=None, description="Only when no table shown holds what the question asks about: "
-                      "why, in one sentence. Leave it out otherwise.")
+                      "why, in one sentence (with nothing selected). Null otherwise.")
 
 
 class SQLAnswer(BaseModel):
@@ -128,7 +128,8 @@ class PlannerPlan(PlanModel):
 
 # --- messages -------------------------------------------------------------------------------------
 
-RESOLVER_SYSTEM = """You decide whether a question can be answered from the databases listed.
+RESOLVER_SYSTEM = """You decide which of the databases listed a question needs.
+Most questions need exactly one: list a second only when the question asks for data that only it holds.
 Answer answerable=false when none of them holds the data (or the question is not about data).
 List in datasource_ids only ids from the list, the fewest that together answer the question."""
 
@@ -185,7 +186,7 @@ _PLAN_LANGUAGE = "\n\n" + PLAN_LANGUAGE.replace("{", "{{").replace("}", "}}")
 # the refiner's answer has no way out: it fixes the plan it is shown
 PLANNER_SYSTEM = _PLAN_RULES + """
 Only when no table below holds what the question asks about (it is not about this data), add
-"cannot_answer": "the reason" to a plan with "select": [] and "from": {{"table": "none"}}.""" + _PLAN_LANGUAGE
+"cannot_answer": "the reason" and leave "select" empty; otherwise "cannot_answer" is null.""" + _PLAN_LANGUAGE
 
 REFINER_SYSTEM = _PLAN_RULES + _PLAN_LANGUAGE + """
 Your previous plan failed. Read the errors and return a corrected plan."""
@@ -199,7 +200,7 @@ Break ties in ordering on a key column. Use a LIMIT only when the question asks 
 
 SQL_PLANNER_SYSTEM = _SQL_RULES + """
 Only when no table below holds what the question asks about (it is not about this data), answer
-{{"sql": "", "cannot_answer": "the reason"}}."""
+{{"sql": "", "cannot_answer": "the reason"}}; otherwise "cannot_answer" is null."""
 
 SQL_REFINER_SYSTEM = _SQL_RULES + """
 Your previous statement failed. Read the errors and return a corrected statement."""

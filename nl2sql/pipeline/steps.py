@@ -200,14 +200,15 @@ def plan_sub_query(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
         sq.prompt_chars["planner"] = sum(len(m.content) for m in messages)
         sq.plan_source = "planner"
         written = ctx.llm.structured("planner", messages, prompts.SQLAnswer)
-        if written.cannot_answer:
+        if written.cannot_answer and not written.sql.strip():  # a statement written stands: words are not a verdict
             raise not_answerable(ctx, state, "planner")
         _read_written_sql(ctx, sq, written.sql)
         return
     messages = prompts.planner_messages(sq.question, sq.retrieved.render(), _dialect(ctx, sq), expected, examples)
     sq.prompt_chars["planner"] = sum(len(m.content) for m in messages)
-    answer = ctx.llm.structured("planner", messages, prompts.PlannerPlan, schema_name="PlanModel")
-    if answer.cannot_answer:
+    answer = ctx.llm.structured("planner", messages, prompts.PlannerPlan, schema_name="PlanModel",
+                                enums=_table_enum(sq))
+    if answer.cannot_answer and not answer.select:  # a plan written stands (a strict schema makes the field required)
         raise not_answerable(ctx, state, "planner")
     sq.plan = PlanModel.model_validate(answer.model_dump(by_alias=True, exclude={"cannot_answer"}))
     sq.plan_source = "planner"
@@ -236,6 +237,13 @@ def worked_examples(ctx: RunContext, state: RunState, sq: SubQuery) -> list[tupl
         if len(examples) == wanted:
             break
     return examples
+
+
+def _table_enum(sq: SubQuery) -> dict[tuple[str, str], list[str]]:
+    """The plan's table names as an enum of the tables the planner was shown (all the caller may read of them):
+    a constrained decoder can then name no other table; what it writes is still validated like any plan."""
+    assert sq.retrieved is not None
+    return {("TableRef", "table"): sq.retrieved.table_names()}
 
 
 def _writes_sql(ctx: RunContext) -> bool:
@@ -311,7 +319,7 @@ def refine(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
                                         [f"{sq.error.code}: {sq.error.message}"],
                                         [c.name for c in sq.expected_columns])
     sq.prompt_chars["refiner"] = sq.prompt_chars.get("refiner", 0) + sum(len(m.content) for m in messages)
-    refined = ctx.llm.structured("refiner", messages, PlanModel, schema_name="RefinedPlan")
+    refined = ctx.llm.structured("refiner", messages, PlanModel, schema_name="RefinedPlan", enums=_table_enum(sq))
     key = _plan_key(refined.model_dump(mode="json", by_alias=True))
     if key in sq.tried_plans:
         state.warnings.append(RunWarning(code="REFINER_REPEATED", sub_query_id=sq.id,

@@ -509,3 +509,21 @@ def test_the_sql_planner_may_say_the_tables_cannot_answer(project: Config, model
     assert result.status == "error" and [e.code for e in result.errors] == ["QUESTION_NOT_ANSWERABLE"]
     assert "weather" not in result.errors[0].message + (result.errors[0].fix or "")
     assert not any(sq.sql for sq in result.sub_queries) and model.fake.calls("RefinedSQL") == 0
+
+
+def test_the_planners_table_names_are_an_enum_of_the_tables_it_was_shown(project: Config,
+                                                                           model: ModelScript) -> None:
+    result = ask(project, PLAYLISTS, "viewer", settings={"plan_cache": False})
+    assert result.status == "success", result.errors
+    request = next(r for r in model.fake.requests if model.fake.name_of(r) == "PlanModel")
+    format_ = request["response_format"]
+    schema = format_.get("json_schema", {}).get("schema") or format_.get("schema")
+    tables = schema["$defs"]["TableRef"]["properties"]["table"]["enum"]
+    assert {"Playlist", "PlaylistTrack"} <= set(tables)
+    assert not {"Customer", "Employee", "Invoice"} & set(tables)  # the viewer's scope, nothing more
+    assert all(f"\n{t}, " in "\n" + asked_tables(request) for t in tables)
+
+
+def asked_tables(body: dict) -> str:
+    """The user message that shows the planner its tables."""
+    return next(m["content"] for m in body["messages"] if m["role"] == "user")

@@ -212,3 +212,36 @@ def test_a_streamed_answer_cut_at_max_tokens_says_so(server: Server) -> None:
         client.text("synthesizer", MESSAGES, on_delta=lambda _: None)
     assert "llm.models.main.max_tokens" in (info.value.fix or "")
     client.close()
+
+
+# --- max_concurrent ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("limit", "most"), [(1, 1), (None, 2)])
+def test_max_concurrent_holds_calls_to_one_model_back(limit: int | None, most: int) -> None:
+    """Sub-queries plan in parallel; a server with one slot that drops the answer in progress when the next
+    request arrives (llama-cpp-python's) must get them one at a time."""
+    import threading
+
+    active, seen, lock = [0], [0], threading.Lock()
+
+    def slow(body: dict) -> str:
+        with lock:
+            active[0] += 1
+            seen[0] = max(seen[0], active[0])
+        time.sleep(0.3)
+        with lock:
+            active[0] -= 1
+        return "ok"
+
+    with FakeLLMServer() as fake:
+        fake.respond_with("text", slow)
+        clients = [make_client(fake, max_concurrent=limit) for _ in range(2)]  # separate clients share the slot
+        threads = [threading.Thread(target=c.text, args=("planner", MESSAGES)) for c in clients]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(fake.requests) == 2 and seen[0] == most
+        for c in clients:
+            c.close()
