@@ -70,23 +70,30 @@ def main() -> None:
         out: dict[str, Any] = {"commit": _commit(), "model": args.model, "base_url": args.base_url,
                                "suite": str(suite_path.relative_to(ROOT)), "role": args.role,
                                "cases": [c.id for c in cases], "settings": _settings(args), "systems": {}}
+        target = HERE / f"{args.name}.json"
         for system in args.systems.split(","):
-            started = time.monotonic()
-            if system == "engine":
-                records = _engine(config_path, llm_path, suite_path, cases, args)
-            elif system == "direct":
-                records = _direct(config_path, cases, args)
-            else:
+            if system not in ("engine", "direct"):
                 raise SystemExit(f"unknown system {system!r}: use engine and/or direct")
-            out["systems"][system] = {"figures": _figures(records, time.monotonic() - started), "records": records}
+            started, records = time.monotonic(), []
+            # in batches, the file rewritten after each: a long run stopped early keeps what it measured
+            for i in range(0, len(cases), args.batch):
+                batch = cases[i:i + args.batch]
+                records += (_engine(config_path, llm_path, suite_path, batch, args) if system == "engine"
+                            else _direct(config_path, batch, args))
+                out["systems"][system] = {"figures": _figures(records, time.monotonic() - started),
+                                          "complete": i + args.batch >= len(cases), "records": records}
+                _write(target, out)
             _print(system, out["systems"][system]["figures"])
     if {"engine", "direct"} <= set(out["systems"]):
         engine, direct = (out["systems"][s]["figures"]["strict"] for s in ("engine", "direct"))
         out["engine_minus_direct_points"] = round(100 * (engine - direct), 1)
         print(f"engine − direct: {out['engine_minus_direct_points']:+.1f} points")
-    target = HERE / f"{args.name}.json"
-    target.write_text(json.dumps(out, indent=2) + "\n")
+        _write(target, out)
     print(f"wrote {target.relative_to(ROOT)}")
+
+
+def _write(target: Path, out: dict[str, Any]) -> None:
+    target.write_text(json.dumps(out, indent=2) + "\n")
 
 
 def _args() -> argparse.Namespace:
@@ -112,6 +119,7 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--synthesizer", choices=("on", "off"), default="off", help="Also have the model write the "
                         "answer's prose (not scored by strict; off keeps a local server's prompt cache on the planner).")
     parser.add_argument("--systems", default="engine,direct")
+    parser.add_argument("--batch", type=int, default=8, help="Cases per eval run (the output is written after each).")
     parser.add_argument("--project", help="A demo project already indexed (default: a fresh one).")
     parser.add_argument("--name", default="latest", help="Output: benchmarks/models/NAME.json")
     return parser.parse_args()
