@@ -117,7 +117,7 @@ def not_answerable(ctx: RunContext, state: RunState, node: str) -> QuestionNotAn
 def decompose(ctx: RunContext, state: RunState) -> None:
     """One sub-query per datasource needed, and how to combine them (no model call for a single datasource)."""
     if len(state.datasource_ids) == 1:
-        state.sub_queries = [SubQuery(id="sq1", datasource_id=state.datasource_ids[0], question=state.question)]
+        _ask_whole(state, state.datasource_ids[0])
         return
     index = ctx.index
     limit = ctx.config.settings.routing.max_sub_queries
@@ -146,14 +146,19 @@ def decompose(ctx: RunContext, state: RunState) -> None:
         raise QuestionNotAnswerable("The question could not be split into queries on the data you can reach.",
                                     node="decomposer")
     if len(kept) == 1:  # one database after all: it is asked the asker's own question, not a rewording of it
-        state.datasource_ids = [kept[0].datasource_id]
-        state.sub_queries = [SubQuery(id="sq1", datasource_id=kept[0].datasource_id, question=state.question)]
+        _ask_whole(state, kept[0].datasource_id)
         return
     state.sub_queries = kept
     c = plan.combine
     if c is not None and c.left in positions and c.right in positions and c.left != c.right:
         state.combine = CombineSpec(kind=c.kind, left=positions[c.left], right=positions[c.right],
                                     join_keys=[JoinKeyPair(left=k.left, right=k.right) for k in c.join_keys])
+
+
+def _ask_whole(state: RunState, datasource_id: str) -> None:
+    """One sub-query: the asker's question, on one datasource."""
+    state.datasource_ids = [datasource_id]
+    state.sub_queries = [SubQuery(id="sq1", datasource_id=datasource_id, question=state.question)]
 
 
 # --- per sub-query --------------------------------------------------------------------------------
