@@ -32,7 +32,7 @@ from nl2sql.index.quantize import load_ranges, quantized_model
 
 MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
 #: the model id of each precision (the embedding cache and every build record the one used)
-MODEL_IDS = {"float32": MODEL_ID, "int8": f"{MODEL_ID}-a8"}
+MODEL_IDS = {"float32": MODEL_ID, "int8": f"{MODEL_ID}-a8e"}  # e: exact integer products on every CPU
 PRECISIONS = tuple(MODEL_IDS)
 DIMENSIONS = 384
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"

@@ -84,6 +84,47 @@ def test_the_int8_graph_multiplies_every_weight_in_integers() -> None:
     assert not any(node.op_type == "Cast" and node.input[0].endswith("int8") for node in graph.node)
 
 
+@pytest.mark.parametrize("weight_type", ["uint8", "auto"])
+def test_an_int8_product_is_exact_where_pairs_of_products_overflow_int16(weight_type: str) -> None:
+    # 255 × 127 twice is 64,770: a CPU without VNNI saturates that pair at 32,767 when the weight is int8
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from nl2sql.index.quantize import exact_weight_type, stored_weight
+
+    rng = np.random.default_rng(7)
+    inputs = np.concatenate([np.full((2, 64), 255), rng.integers(0, 256, (2, 64))]).astype(np.uint8)
+    weights = np.concatenate([np.full((64, 3), 127), np.full((64, 3), -128), rng.integers(-128, 128, (64, 3))],
+                             axis=1).astype(np.int8)
+    stored, zero = stored_weight(weights, exact_weight_type() if weight_type == "auto" else weight_type)
+    graph = helper.make_graph(
+        [helper.make_node("MatMulIntegerToFloat", ["a", "w", "a_step", "w_step", "a_zero", "w_zero"], ["y"],
+                          domain="com.microsoft")], "product",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, [4, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 9])],
+        [numpy_helper.from_array(stored, "w"), numpy_helper.from_array(zero, "w_zero"),
+         numpy_helper.from_array(np.array(1.0, dtype=np.float32), "a_step"),
+         numpy_helper.from_array(np.ones(9, dtype=np.float32), "w_step"),
+         numpy_helper.from_array(np.array(0, dtype=np.uint8), "a_zero")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    product = session.run(None, {"a": inputs})[0]
+    assert np.array_equal(product, inputs.astype(np.int64) @ weights.astype(np.int64))
+    assert onnx.checker.check_model(model) is None
+
+
+def test_a_vector_is_the_same_whichever_weight_type_holds_the_weights(monkeypatch: pytest.MonkeyPatch) -> None:
+    import nl2sql.index.quantize as quantize
+
+    texts = [*TEXTS, "word " * 300]
+    chosen = Embedder().embed(texts)
+    monkeypatch.setattr(quantize, "exact_weight_type", lambda: "uint8")  # exact on every CPU
+    assert np.array_equal(Embedder().embed(texts), chosen)
+    with pytest.raises(ValueError, match="weight_type"):
+        quantize.quantized_model(b"", {}, weight_type="int4")
+
+
 def test_a_bad_precision_or_ranges_of_another_model_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(EmbedderError, match="Unknown embedding precision 'fp16'") as raised:
         Embedder(precision="fp16")
