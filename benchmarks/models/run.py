@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import subprocess
 import sys
@@ -43,16 +42,16 @@ from nl2sql.evaluation.suite import EvalCase, load_suite
 from nl2sql.index.service import IndexService
 from nl2sql.llm.client import LLMClient
 from nl2sql.llm.models import Message
+from nl2sql.pipeline.prompts import CANNOT_ANSWER_WORDS, sql_answer
 from nl2sql.policies import scope
 from nl2sql.project import load_project
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 BIN = Path(sys.executable).parent
-CANNOT = "CANNOT ANSWER"
 
 DIRECT_SYSTEM = """You write one {dialect} SELECT statement that answers the question from the tables below.
-Answer with the statement only. If no table holds what the question asks about, answer CANNOT ANSWER."""
+Answer with the statement only. If no table holds what the question asks about, answer """ + CANNOT_ANSWER_WORDS + "."
 
 
 def main() -> None:
@@ -215,8 +214,9 @@ def _direct(config_path: Path, cases: list[EvalCase], args: argparse.Namespace) 
             got, code, sql, rows = "error", None, "", None
             try:
                 text = client.text("planner", messages)
-                sql = _statement(text)
-                if CANNOT in text.upper() and not sql.lower().startswith(("select", "with")):
+                written = sql_answer(text)  # read as the engine's `sql` format reads its planner's answer
+                sql = written.sql
+                if written.cannot_answer:
                     got = "unanswerable"
                 else:
                     result = run_checked_sql(catalog.get(ds), sql, caller, row_limit=config.settings.pipeline.row_limit)
@@ -246,13 +246,6 @@ def _schema_text(tables: list) -> str:
         primary = f"; primary key {', '.join(t.primary_key)}" if t.primary_key else ""
         lines.append(f"{t.name}({columns}{primary}{keys})")
     return "\n".join(lines)
-
-
-def _statement(text: str) -> str:
-    """The statement in a model's answer: a fenced block's, else the text, up to its first semicolon."""
-    fenced = re.search(r"```(?:sql)?\s*(.*?)```", text, re.S | re.I)
-    body = (fenced.group(1) if fenced else text).strip()
-    return body.split(";")[0].strip()
 
 
 def _figures(records: list[dict], wall_s: float) -> dict[str, Any]:

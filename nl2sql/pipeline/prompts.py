@@ -7,6 +7,7 @@ of filterable columns): never rows of a result, except the synthesizer's preview
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from functools import cache
 from typing import Annotated, Any, Literal
@@ -111,12 +112,52 @@ CANNOT_ANSWER = Field(default=None, description="Only when no table shown holds 
 
 
 class SQLAnswer(BaseModel):
-    """The planner's answer in the `sql` format: one SELECT statement, or why none of the tables can answer."""
+    """The planner's answer in the `sql` format, read from its text: one SELECT statement, or why none of the
+    tables can answer."""
 
-    model_config = ConfigDict(extra="forbid")
+    sql: str
+    cannot_answer: str | None = None
 
-    sql: str = Field(description="One SELECT statement in the datasource's dialect.")
-    cannot_answer: str | None = CANNOT_ANSWER
+
+#: what the `sql` format's planner answers when no table can answer (the direct baseline's words too)
+CANNOT_ANSWER_WORDS = "CANNOT ANSWER"
+_FENCED = re.compile(r"```[a-zA-Z]*\s*(.*?)```", re.S)
+_STATEMENT_START = (re.compile(r"^\s*(SELECT|WITH)\b", re.I | re.M), re.compile(r"\b(SELECT|WITH)\b", re.I))
+
+
+def sql_answer(text: str) -> SQLAnswer:
+    """The statement in a model's plain-text answer: a fenced block's, else from its first SELECT or WITH, up to
+    the first semicolon outside a literal; a JSON {"sql": …} answer is read too. With no statement, the words
+    CANNOT ANSWER are a verdict; anything else is an empty statement (which the refiner is shown)."""
+    body = text.strip()
+    fenced = _FENCED.search(body)
+    if fenced:
+        body = fenced.group(1).strip()
+    elif body.startswith("{"):
+        try:
+            written = json.loads(body)
+        except ValueError:
+            written = None
+        if isinstance(written, dict) and isinstance(written.get("sql"), str):
+            cannot = written.get("cannot_answer")
+            return SQLAnswer(sql=written["sql"].strip(), cannot_answer=cannot if isinstance(cannot, str) else None)
+    start = _STATEMENT_START[0].search(body) or _STATEMENT_START[1].search(body)  # a line that starts one first
+    if start is None:
+        return SQLAnswer(sql="", cannot_answer=body if CANNOT_ANSWER_WORDS in body.upper() else None)
+    return SQLAnswer(sql=_first_statement(body[start.start():]))
+
+
+def _first_statement(sql: str) -> str:
+    """`sql` up to its first statement-ending semicolon (sqlglot's tokens: a semicolon in a literal stays)."""
+    from sqlglot.errors import TokenError
+    from sqlglot.tokens import Tokenizer, TokenType
+
+    try:
+        tokens = Tokenizer().tokenize(sql)
+    except TokenError:  # an unclosed literal: the parser says what is wrong, to the refiner
+        return sql.strip()
+    end = next((t.start for t in tokens if t.token_type == TokenType.SEMICOLON), len(sql))
+    return sql[:end].strip()
 
 
 class PlannerPlan(PlanModel):
@@ -193,14 +234,15 @@ Your previous plan failed. Read the errors and return a corrected plan."""
 
 _SQL_RULES = """You write one SQL SELECT statement that answers the question from the tables below.
 Use only the tables and columns listed, with their exact names. Dialect: {dialect}.
-Answer as JSON: {{"sql": "SELECT …"}}. One statement, no comments.
+Answer with the statement only: no JSON, no comments, no explanation.
 Give each output column a short snake_case alias; return the expected columns when they are listed.
 Give each table an alias and qualify every column with it. Join with JOIN … ON key pairs.
 Break ties in ordering on a key column. Use a LIMIT only when the question asks for a number of rows."""
 
-SQL_PLANNER_SYSTEM = _SQL_RULES + """
+# plain text, not JSON: a small model writes SQL as it was trained to, and no grammar slows its decoding
+SQL_PLANNER_SYSTEM = _SQL_RULES + f"""
 Only when no table below holds what the question asks about (it is not about this data), answer
-{{"sql": "", "cannot_answer": "the reason"}}; otherwise "cannot_answer" is null."""
+{CANNOT_ANSWER_WORDS} instead."""
 
 SQL_REFINER_SYSTEM = _SQL_RULES + """
 Your previous statement failed. Read the errors and return a corrected statement."""

@@ -204,7 +204,7 @@ def plan_sub_query(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
                                                 examples)
         sq.prompt_chars["planner"] = sum(len(m.content) for m in messages)
         sq.plan_source = "planner"
-        written = ctx.llm.structured("planner", messages, prompts.SQLAnswer)
+        written = prompts.sql_answer(ctx.llm.text("planner", messages))
         if written.cannot_answer and not written.sql.strip():  # a statement written stands: words are not a verdict
             raise not_answerable(ctx, state, "planner")
         _read_written_sql(ctx, sq, written.sql)
@@ -349,7 +349,7 @@ def refine_sql(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
                                             [f"{sq.error.code}: {sq.error.message}"],
                                             [c.name for c in sq.expected_columns])
     sq.prompt_chars["refiner"] = sq.prompt_chars.get("refiner", 0) + sum(len(m.content) for m in messages)
-    sql = ctx.llm.structured("refiner", messages, prompts.SQLAnswer, schema_name="RefinedSQL").sql
+    sql = prompts.sql_answer(ctx.llm.text("refiner", messages)).sql
     if _sql_key(sql) in sq.tried_plans:
         state.warnings.append(RunWarning(code="REFINER_REPEATED", sub_query_id=sq.id,
                                          message="The refiner returned a statement that had already failed; "

@@ -23,8 +23,8 @@ from tests.support.ask import (
     INVOICE_PLAN,
     TICKETS_PLAN,
     ModelScript,
-    asked,
     runtime_for,
+    text_kind,
 )
 
 PLAYLISTS = "How many tracks does each playlist hold?"
@@ -380,15 +380,20 @@ def test_the_demo_config_has_no_scripted_answers() -> None:
 SQL_FORMAT = {"plan_cache": False, "planner": PlannerSettings(format="sql")}
 
 
-def answer_sql(model: ModelScript, name: str, statements: dict[str, str]) -> None:
-    model.fake.respond_with(name, lambda body: {"sql": statements[asked(body)]})
+def answer_sql(model: ModelScript, node: str, statements: dict[str, str]) -> None:
+    """The `sql` format's plain-text answers of the planner or the refiner, by question."""
+    (model.sql if node == "planner" else model.refined_sql).update(statements)
+
+
+def sql_requests(model: ModelScript, kind: str) -> list[dict]:
+    return [r for r in model.fake.requests if model.fake.name_of(r) == "text" and text_kind(r) == kind]
 
 
 def test_the_sql_format_reads_the_models_statement_into_a_validated_plan(project: Config, model: ModelScript) -> None:
     question = "For each media type, the number of tracks stored in it?"
-    answer_sql(model, "SQLAnswer", {question: "SELECT m.Name AS media_type, COUNT(*) AS tracks FROM Track t JOIN "
+    answer_sql(model, "planner", {question: "```sql\nSELECT m.Name AS media_type, COUNT(*) AS tracks FROM Track t JOIN "
                                               "MediaType m ON m.MediaTypeId = t.MediaTypeId GROUP BY m.Name "
-                                              "ORDER BY tracks DESC, media_type"})
+                                              "ORDER BY tracks DESC, media_type;\n```\nThis counts the tracks."})
     result = ask(project, question, "viewer", settings=SQL_FORMAT)
     assert result.status == "success", result.errors
     sq = result.sub_queries[0]
@@ -399,11 +404,11 @@ def test_the_sql_format_reads_the_models_statement_into_a_validated_plan(project
 
 def test_the_sql_format_refines_what_the_plan_language_cannot_say(project: Config, model: ModelScript) -> None:
     question = "List the genre names, and the media type names too."
-    answer_sql(model, "SQLAnswer", {question: "SELECT Name FROM Genre UNION SELECT Name FROM MediaType"})
-    answer_sql(model, "RefinedSQL", {question: "SELECT g.Name AS name FROM Genre g ORDER BY g.Name"})
+    answer_sql(model, "planner", {question: "SELECT Name FROM Genre UNION SELECT Name FROM MediaType"})
+    answer_sql(model, "refiner", {question: "SELECT g.Name AS name FROM Genre g ORDER BY g.Name"})
     result = ask(project, question, "viewer", settings=SQL_FORMAT)
     assert result.status == "success", result.errors
-    refiner_prompt = next(r for r in model.fake.requests if model.fake.name_of(r) == "RefinedSQL")
+    refiner_prompt = sql_requests(model, "sql_refiner")[0]
     content = refiner_prompt["messages"][-1]["content"]
     assert "PLAN_UNSUPPORTED" in content and "UNION" in content and "Previous statement: SELECT Name" in content
 
@@ -411,7 +416,7 @@ def test_the_sql_format_refines_what_the_plan_language_cannot_say(project: Confi
 def test_the_sql_format_refuses_a_denied_table_with_the_generic_sentence(project: Config,
                                                                           model: ModelScript) -> None:
     question = "Which employees report to whom?"
-    answer_sql(model, "SQLAnswer", {question: "SELECT e.LastName AS name FROM Employee e"})
+    answer_sql(model, "planner", {question: "SELECT e.LastName AS name FROM Employee e"})
     result = ask(project, question, "viewer", settings=SQL_FORMAT)
     assert result.status == "error" and [(e.code, e.message) for e in result.errors] == [
         ("SECURITY_VIOLATION", GENERIC_REFUSAL)]
@@ -421,11 +426,11 @@ def test_the_sql_format_refuses_a_denied_table_with_the_generic_sentence(project
 def test_the_sql_format_stops_when_the_refiner_repeats_a_statement(project: Config, model: ModelScript) -> None:
     question = "Show genres and media types together."
     statement = "SELECT Name FROM Genre UNION SELECT Name FROM MediaType"
-    answer_sql(model, "SQLAnswer", {question: statement})
-    answer_sql(model, "RefinedSQL", {question: statement + ";"})
+    answer_sql(model, "planner", {question: statement})
+    answer_sql(model, "refiner", {question: statement + ";"})
     result = ask(project, question, "viewer", settings={**SQL_FORMAT, "max_retries": 3})
     assert result.status == "error" and result.errors[0].code == "PLAN_UNSUPPORTED"
-    assert model.fake.calls("RefinedSQL") == 1 and "REFINER_REPEATED" in [w.code for w in result.warnings]
+    assert len(sql_requests(model, "sql_refiner")) == 1 and "REFINER_REPEATED" in [w.code for w in result.warnings]
 
 
 def _planner_system(model: ModelScript, name: str = "PlanModel") -> str:
@@ -450,9 +455,9 @@ def test_worked_examples_can_be_turned_off_and_follow_the_sql_format(project: Co
     model.plan(question, GENRES_PLAN)
     ask(project, question, "viewer", settings={"plan_cache": False, "planner": PlannerSettings(examples=0)})
     assert "Answered before" not in _planner_system(model)
-    answer_sql(model, "SQLAnswer", {question: "SELECT a.Name AS artist FROM Artist a ORDER BY a.Name"})
+    answer_sql(model, "planner", {question: "SELECT a.Name AS artist FROM Artist a ORDER BY a.Name"})
     ask(project, question, "viewer", settings=SQL_FORMAT)
-    shown = _planner_system(model, "SQLAnswer")
+    shown = sql_requests(model, "sql_planner")[-1]["messages"][0]["content"]
     assert "Answered before on this database:" in shown and "SQL: SELECT" in shown
 
 
@@ -504,11 +509,11 @@ def test_without_the_check_routings_picks_go_to_the_decomposer(project: Config, 
 
 def test_the_sql_planner_may_say_the_tables_cannot_answer(project: Config, model: ModelScript) -> None:
     question = "What will the weather be in Oslo tomorrow?"
-    model.fake.respond_with("SQLAnswer", lambda body: {"sql": "", "cannot_answer": "No weather table."})
+    answer_sql(model, "planner", {question: "CANNOT ANSWER: there is no weather table."})
     result = ask(project, question, "viewer", settings=SQL_FORMAT)
     assert result.status == "error" and [e.code for e in result.errors] == ["QUESTION_NOT_ANSWERABLE"]
     assert "weather" not in result.errors[0].message + (result.errors[0].fix or "")
-    assert not any(sq.sql for sq in result.sub_queries) and model.fake.calls("RefinedSQL") == 0
+    assert not any(sq.sql for sq in result.sub_queries) and not sql_requests(model, "sql_refiner")
 
 
 def test_the_planners_table_names_are_an_enum_of_the_tables_it_was_shown(project: Config,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from nl2sql.config import Config
 from nl2sql.demo import init_demo
 from nl2sql.llm.fake import FakeAnswer, FakeLLMServer
 from nl2sql.pipeline import Runtime
+from nl2sql.pipeline.prompts import SQL_REFINER_SYSTEM
 from nl2sql.project import load_project
 from tests.support.index import build_demo_index
 
@@ -102,6 +104,14 @@ def asked(body: Mapping[str, Any]) -> str:
     return body["messages"][-1]["content"]
 
 
+def text_kind(body: Mapping[str, Any]) -> str:
+    """Which node a plain-text request is from: `sql_planner`, `sql_refiner` or `synthesizer`."""
+    system = next((m["content"] for m in body["messages"] if m["role"] == "system"), "")
+    if system.startswith(SQL_REFINER_SYSTEM.split("\n")[0]):
+        return "sql_refiner" if "Your previous statement failed" in system else "sql_planner"
+    return "synthesizer"
+
+
 class ModelScript:
     """Answers the resolver, decomposer, planner and synthesizer like a model would, from tables keyed by question."""
 
@@ -112,11 +122,24 @@ class ModelScript:
         self.decompositions: dict[str, dict] = {}
         self.plans: dict[str, dict] = gold_plans()
         self.answers: dict[str, str] = {}
+        #: the `sql` format's plain-text answers by question: the planner's and the refiner's
+        self.sql: dict[str, str] = {}
+        self.refined_sql: dict[str, str] = {}
+        self.text_calls: Counter[str] = Counter()
         fake.reset()
         fake.respond_with("Answerability", self._answerability)
         fake.respond_with("Decomposition", lambda body: self.decompositions[asked(body)])
         fake.respond_with("PlanModel", self._planner)
-        fake.respond_with("text", lambda body: self.answers.get(asked(body), "The result is shown below."))
+        fake.respond_with("text", self._text)
+
+    def _text(self, body: Mapping[str, Any]) -> str:
+        kind = text_kind(body)
+        self.text_calls[kind] += 1
+        if kind == "sql_planner":
+            return self.sql[asked(body)]
+        if kind == "sql_refiner":
+            return self.refined_sql[asked(body)]
+        return self.answers.get(asked(body), "The result is shown below.")
 
     def _answerability(self, body: Mapping[str, Any]) -> dict:
         question = asked(body)

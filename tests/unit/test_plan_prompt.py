@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from nl2sql.config import Config
 from nl2sql.pipeline import prompts
 from nl2sql.plan import PlanModel
@@ -32,3 +34,20 @@ def test_the_worked_example_reads_no_table_of_the_demo(demo_config: Config, demo
 def test_the_refiner_is_shown_the_plan_language_too() -> None:
     system = prompts.refiner_messages("q", "t(a)", "sqlite", None, ["E: x"])[0].content
     assert '"kind":"aggregate"' in system and "Your previous plan failed" in system
+
+
+@pytest.mark.parametrize(("answer", "sql", "cannot"), [
+    ("SELECT a.Name AS name FROM Artist a", "SELECT a.Name AS name FROM Artist a", None),
+    ("```sql\nSELECT ';' AS x FROM t;\n```\nThis picks the semicolon.", "SELECT ';' AS x FROM t", None),
+    ("Here is the SELECT statement you need:\nSELECT 1 AS one;\nIt returns one.", "SELECT 1 AS one", None),
+    ("WITH t AS (SELECT 1 AS x) SELECT x FROM t", "WITH t AS (SELECT 1 AS x) SELECT x FROM t", None),
+    ('{"sql": "SELECT 2 AS two", "cannot_answer": null}', "SELECT 2 AS two", None),
+    ("CANNOT ANSWER", "", "CANNOT ANSWER"),
+    ("Cannot answer: no table holds the weather.", "", "Cannot answer: no table holds the weather."),
+    ("I do not know.", "", None),  # neither a statement nor a verdict: the refiner is shown the empty statement
+    ("SELECT 'open", "SELECT 'open", None),  # an unclosed literal is left for the parser to report
+])
+def test_the_sql_formats_plain_text_answer_is_read_for_its_one_statement(answer: str, sql: str,
+                                                                         cannot: str | None) -> None:
+    read = prompts.sql_answer(answer)
+    assert (read.sql, read.cannot_answer) == (sql, cannot)
