@@ -233,9 +233,12 @@ class PlanValidator:
         """Validate one plan in the scope of `parent` (for correlated references)."""
         frame = VisibleNames(parent=parent)
         self._add_table(frame, plan.from_, f"{path}.from")
+        joins: list[m.Join] = []
         for j, join in enumerate(plan.joins):
             if self._add_table(frame, join.table, f"{path}.joins[{j}].table"):
-                self._join(join, frame, f"{path}.joins[{j}]")
+                joins += self._join(join, frame, f"{path}.joins[{j}]")
+            joins.append(join)
+        plan.joins[:] = joins
         if not plan.select:
             self.issue("EMPTY_SELECT", "The plan selects nothing. Add at least one select item.", f"{path}.select")
         for i, item in enumerate(plan.select):
@@ -274,7 +277,9 @@ class PlanValidator:
         frame.tables[key] = (ref, info)
         return True
 
-    def _join(self, join: m.Join, frame: VisibleNames, path: str) -> None:
+    def _join(self, join: m.Join, frame: VisibleNames, path: str) -> list[m.Join]:
+        """Check one join's keys; the link join to put before it when its keys had one repair."""
+        links: list[m.Join] = []
         if not join.on:
             self.issue("JOIN_WITHOUT_KEYS", f"The join to {join.table.name_in_scope} has no keys. Add at least one "
                        "pair of columns to compare.", f"{path}.on")
@@ -296,6 +301,61 @@ class PlanValidator:
                     "value (usually a foreign key and the key it references).",
                     f"{path}.on[{k}]",
                 )
+            elif left and right and joined in sides and len(sides) == 2:
+                link = self._keys_of_one_thing(join, k, frame, f"{path}.on[{k}]")
+                if link is not None:
+                    links.append(link)
+        return links
+
+    def _keys_of_one_thing(self, join: m.Join, k: int, frame: VisibleNames, path: str) -> m.Join | None:
+        """A key pair must compare keys of one table's rows. `Customer.CustomerId = InvoiceLine.InvoiceId` never
+        means what it says: when exactly one table links the two (Invoice: a key of one, a foreign key to the
+        other) and the plan does not read it, the join goes through it (a repair); otherwise it is an issue."""
+        key = join.on[k]
+        joined = join.table.name_in_scope.lower()
+        earlier, new = (key.left, key.right) if (key.right.table or "").lower() == joined else (key.right, key.left)
+        earlier_info, new_info = frame.lookup(earlier.table or "")[1], frame.lookup(new.table or "")[1]
+        if earlier_info is None or new_info is None:
+            return None
+        earlier_of, new_of = _identified(earlier_info, earlier.column), _identified(new_info, new.column)
+        if earlier_of is None or new_of is None or earlier_of.lower() == new_of.lower():
+            return None
+        pair = f"{earlier.table}.{earlier.column} = {new.table}.{new.column}"
+        link = self._link_table(earlier_of, new_of, frame)
+        if link is None:
+            self.issue("JOIN_KEYS_MISMATCH", f"{pair} compares a key of {earlier_of} with a key of {new_of}: they "
+                       "never name the same row. Join a foreign key to the key it references "
+                       f"({_foreign_keys_between(self.allowed, earlier_of, new_of)}).", path)
+            return None
+        table, to_earlier, to_new = link
+        alias = _free_alias(table.name, frame)
+        ref = m.TableRef(table=table.name, alias=None if alias == table.name else alias)
+        frame.tables[alias.lower()] = (ref, table)
+        self.read[table.name] = table
+        key.left, key.right = (m.ColumnRef(table=new.table, column=new.column),
+                               m.ColumnRef(table=alias, column=to_new))
+        self.repairs.append(PlanIssue("JOIN_THROUGH_LINK_TABLE", f"{pair} compares a key of {earlier_of} with a key "
+                                      f"of {new_of}: joined through {table.name} ({alias}.{to_earlier} = "
+                                      f"{earlier.table}.{earlier.column}, {new.table}.{new.column} = "
+                                      f"{alias}.{to_new}).", path))
+        return m.Join(type=join.type, table=ref,
+                      on=[m.JoinKey(left=m.ColumnRef(table=alias, column=to_earlier),
+                                    right=m.ColumnRef(table=earlier.table, column=earlier.column))])
+
+    def _link_table(self, earlier_of: str, new_of: str, frame: VisibleNames) -> tuple[TableInfo, str, str] | None:
+        """(table, its column matching the earlier key, its column matching the new one): the one readable table
+        that is one of the two things and holds a single foreign key to the other, when the plan does not read it."""
+        found = []
+        for this, other in ((new_of, earlier_of), (earlier_of, new_of)):
+            table = next((t for t in self.allowed if t.name.lower() == this.lower()), None)
+            if table is None or len(table.primary_key) != 1 or any(
+                    info is not None and info.name == table.name for _, info in frame.tables.values()):
+                continue
+            fks = [fk for fk in table.foreign_keys if len(fk.columns) == 1 and fk.ref_table.lower() == other.lower()]
+            if len(fks) == 1:
+                own, fk_column = table.primary_key[0], fks[0].columns[0]
+                found.append((table, fk_column, own) if this == new_of else (table, own, fk_column))
+        return found[0] if len(found) == 1 else None
 
     # --- expressions ---------------------------------------------------------------------------
 
@@ -531,6 +591,37 @@ class PlanValidator:
                 if column not in grouped:
                     self.issue("GROUP_BY_MISMATCH", f"{ref.table}.{ref.column} is used without an aggregate but is "
                                "not in group_by. Add it to group_by or aggregate it.", where)
+
+
+def _identified(info: TableInfo, column: str) -> str | None:
+    """The table whose rows a column names: its own for a one-column primary key, the referenced one for a
+    one-column foreign key; None for any other column."""
+    for fk in info.foreign_keys:
+        if len(fk.columns) == 1 and fk.columns[0].lower() == column.lower():
+            return fk.ref_table
+    if len(info.primary_key) == 1 and info.primary_key[0].lower() == column.lower():
+        return info.name
+    return None
+
+
+def _foreign_keys_between(tables: list[TableInfo], first: str, second: str) -> str:
+    """The foreign keys from either table, or from a table that references both, into either (for a message)."""
+    wanted, keys = {first.lower(), second.lower()}, []
+    for table in tables:
+        single = [fk for fk in table.foreign_keys if len(fk.columns) == 1]
+        if table.name.lower() in wanted or {fk.ref_table.lower() for fk in single} >= wanted:
+            keys += [f"{table.name}.{fk.columns[0]} → {fk.ref_table}.{fk.ref_columns[0]}" for fk in single
+                     if fk.ref_table.lower() in wanted]
+    return "foreign keys: " + ", ".join(keys) if keys else "no foreign key links them"
+
+
+def _free_alias(name: str, frame: VisibleNames) -> str:
+    """`name`, or `name_2`, … : the first that no table in scope is called."""
+    taken = {n.lower() for n in frame.in_scope()}
+    alias, n = name, 2
+    while alias.lower() in taken:
+        alias, n = f"{name}_{n}", n + 1
+    return alias
 
 
 def _keyed_by(info: TableInfo, alias: str, grouped: set[tuple[str, str]]) -> bool:

@@ -195,6 +195,19 @@ CASES = [
         ["i.BillingCountry is used without an aggregate but is not in group_by.",
          "Add it to group_by or aggregate it."], id="GROUP_BY_MISMATCH"),
     pytest.param(
+        "JOIN_KEYS_MISMATCH",
+        plan(col("a", "Title"), table="Album", alias="a", joins=[join("Invoice", "i", key(col("a", "AlbumId"),
+                                                                                      col("i", "InvoiceId")))]),
+        "plan.joins[0].on[0]", ["a.AlbumId = i.InvoiceId compares a key of Album with a key of Invoice",
+                                "never name the same row", "no foreign key links them"], id="JOIN_KEYS_MISMATCH"),
+    pytest.param(
+        "JOIN_KEYS_MISMATCH",
+        plan(col("t", "Name"), table="Track", alias="t", joins=[join("Playlist", "p", key(col("t", "TrackId"),
+                                                                                         col("p", "PlaylistId")))]),
+        "plan.joins[0].on[0]", ["a key of Track with a key of Playlist", "foreign keys: PlaylistTrack.TrackId → "
+                                "Track.TrackId, PlaylistTrack.PlaylistId → Playlist.PlaylistId"],
+        id="JOIN_KEYS_MISMATCH-two-links"),
+    pytest.param(
         "BAD_LIMIT", plan(limit=-1), "plan.limit", ["limit must be 0 or more, not -1."], id="BAD_LIMIT"),
     pytest.param(
         "EMPTY_SELECT", {"select": [], "from": {"table": "Invoice", "alias": "i"}}, "plan.select",
@@ -573,3 +586,35 @@ def test_a_column_written_in_another_case_is_read_as_the_schema_has_it(snapshot:
     validated = check(plan(col("i", "total")), snapshot, scopes["analyst"])
     assert validated.plan.select[0].expr.column == "Total"
     assert [r.code for r in validated.repairs] == ["COLUMN_CASE"]
+
+
+@pytest.mark.parametrize("customer_first", [True, False])
+def test_a_join_of_two_things_keys_goes_through_the_one_table_that_links_them(
+        customer_first: bool, snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
+    # Customer.CustomerId = InvoiceLine.InvoiceId: a customer's key against an invoice's; Invoice links the two
+    pair = (col("c", "CustomerId"), col("il", "InvoiceId"))
+    data = (plan(col("c", "LastName"), agg("sum", col("il", "Quantity")), table="Customer", alias="c",
+                 joins=[join("InvoiceLine", "il", key(*pair))], group_by=[col("c", "LastName")]) if customer_first else
+            plan(col("c", "LastName"), table="InvoiceLine", alias="il", joins=[join("Customer", "c", key(*pair[::-1]))]))
+    validated = check(data, snapshot, scopes["analyst"])
+    assert [r.code for r in validated.repairs] == ["JOIN_THROUGH_LINK_TABLE"]
+    assert "joined through Invoice" in validated.repairs[0].message
+    assert "Invoice" in [t.name for t in validated.tables]
+    sql = generate_sql(validated.plan, "sqlite")
+    if customer_first:
+        assert ("FROM Customer AS c INNER JOIN Invoice ON Invoice.CustomerId = c.CustomerId "
+                "INNER JOIN InvoiceLine AS il ON il.InvoiceId = Invoice.InvoiceId") in sql
+    else:
+        assert ("FROM InvoiceLine AS il INNER JOIN Invoice ON Invoice.InvoiceId = il.InvoiceId "
+                "INNER JOIN Customer AS c ON c.CustomerId = Invoice.CustomerId") in sql
+    check(validated.plan.model_dump(by_alias=True), snapshot, scopes["analyst"])  # the repaired plan is valid as is
+
+
+def test_a_link_table_already_read_or_out_of_scope_is_not_added(snapshot: SchemaSnapshot,
+                                                                scopes: dict[str, Scope]) -> None:
+    # Invoice is read already: the wrong pair is the model's to fix, not a second Invoice to add
+    wrong = join("InvoiceLine", "il", key(col("c", "CustomerId"), col("il", "InvoiceId")))
+    error = problems(plan(col("i", "Total"), joins=[CUSTOMER, wrong]), snapshot, scopes["analyst"])
+    assert error.codes == ["JOIN_KEYS_MISMATCH"] and "Invoice.CustomerId → Customer.CustomerId" in str(error)
+    # a key pair of one thing (a foreign key and the key it references, a self-join's) is left alone
+    assert check(plan(col("i", "Total"), joins=[CUSTOMER]), snapshot, scopes["analyst"]).repairs == []
