@@ -41,6 +41,10 @@ from nl2sql.plan.generate import (
 #: The plan's scalar functions, as a model would write them (for messages).
 FUNCTIONS = "ROUND, COALESCE, NULLIF, ABS, LOWER, UPPER, LENGTH, CONCAT (or ||) and CASE"
 #: Date parts the plan knows, by the names EXTRACT takes.
+#: a date formatted to one part (the format as sqlglot normalises it, strftime's) and to one period
+FORMAT_PARTS = {"%Y": "year", "%m": "month", "%d": "day", "%H": "hour", "%M": "minute", "%w": "day_of_week"}
+#: not '%Y-%m': its text ('2010-03') compared with a literal written the same way would miss the plan's month start
+FORMAT_PERIODS = {"%Y-%m-%d": "day", "%Y-%m-01": "month", "%Y-01-01": "year"}
 EXTRACT_PARTS = {"YEAR": "year", "QUARTER": "quarter", "MONTH": "month", "DAY": "day", "HOUR": "hour",
                  "MINUTE": "minute", "DOW": "day_of_week"}
 #: Dialects where EXTRACT(DAYOFWEEK …) and DAYOFWEEK(…) count from 0 = Sunday, as the plan does.
@@ -618,6 +622,21 @@ class SQLReader:
             return m.DatePartOf(part="day_of_week", arg=self.expr(node.this))
         return m.DatePartOf(part=PART_FUNCTIONS[type(node)], arg=self.expr(node.this))  # type: ignore[arg-type]
 
+    def _time_to_str(self, node: exp.TimeToStr) -> m.DatePartOf | m.DateTrunc:
+        """A date formatted to one part or one period (SQLite's and DuckDB's STRFTIME, PostgreSQL's TO_CHAR):
+        the plan's date part (a number, where the text was '2010' or '03') or truncation (a date); the same year,
+        month or day either way, and what small models write most."""
+        fmt = node.args.get("format")
+        text = fmt.this if isinstance(fmt, exp.Literal) and fmt.is_string else None
+        arg = node.this
+        while isinstance(arg, exp.TsOrDsToTimestamp | exp.TsOrDsToDate | exp.TimeStrToTime):
+            arg = arg.this  # sqlglot's reading of a text date, not anything written
+        if text in FORMAT_PARTS:
+            return m.DatePartOf(part=FORMAT_PARTS[text], arg=self.expr(arg))  # type: ignore[arg-type]
+        if text in FORMAT_PERIODS:
+            return m.DateTrunc(unit=FORMAT_PERIODS[text], arg=self.expr(arg))  # type: ignore[arg-type]
+        raise self._no_function(node)
+
     def _trunc(self, node: exp.Func) -> m.DateTrunc:
         unit_node = node.args.get("unit")
         unit = (unit_node.name if unit_node is not None else "").lower()
@@ -750,6 +769,7 @@ EXPR_HANDLERS: dict[type[exp.Expression], Callable[..., m.ExprNode]] = {
     exp.Extract: SQLReader._extract,
     **dict.fromkeys((*PART_FUNCTIONS, exp.DayOfWeek), SQLReader._part_function),
     exp.DateTrunc: SQLReader._trunc,
+    exp.TimeToStr: SQLReader._time_to_str,
     exp.TimestampTrunc: SQLReader._trunc,
     exp.Anonymous: SQLReader._anonymous,
     exp.Subquery: SQLReader._subquery,
