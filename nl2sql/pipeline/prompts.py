@@ -122,7 +122,8 @@ class SQLAnswer(BaseModel):
 #: what the `sql` format's planner answers when no table can answer (the direct baseline's words too)
 CANNOT_ANSWER_WORDS = "CANNOT ANSWER"
 _FENCED = re.compile(r"```[a-zA-Z]*\s*(.*?)```", re.S)
-_STATEMENT_START = (re.compile(r"^\s*(SELECT|WITH)\b", re.I | re.M), re.compile(r"\b(SELECT|WITH)\b", re.I))
+_LINE_STARTING_STATEMENT = re.compile(r"^\s*(SELECT|WITH)\b", re.I | re.M)
+_STATEMENT_KEYWORD = re.compile(r"\b(SELECT|WITH)\b", re.I)
 
 
 def sql_answer(text: str) -> SQLAnswer:
@@ -141,7 +142,7 @@ def sql_answer(text: str) -> SQLAnswer:
         if isinstance(written, dict) and isinstance(written.get("sql"), str):
             cannot = written.get("cannot_answer")
             return SQLAnswer(sql=written["sql"].strip(), cannot_answer=cannot if isinstance(cannot, str) else None)
-    start = _STATEMENT_START[0].search(body) or _STATEMENT_START[1].search(body)  # a line that starts one first
+    start = _LINE_STARTING_STATEMENT.search(body) or _STATEMENT_KEYWORD.search(body)  # "the SELECT below:" is prose
     if start is None:
         return SQLAnswer(sql="", cannot_answer=body if CANNOT_ANSWER_WORDS in body.upper() else None)
     return SQLAnswer(sql=_first_statement(body[start.start():]))

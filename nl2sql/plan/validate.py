@@ -347,8 +347,8 @@ class PlanValidator:
         that is one of the two things and holds a single foreign key to the other, when the plan does not read it."""
         found = []
         for this, other in ((new_of, earlier_of), (earlier_of, new_of)):
-            table = next((t for t in self.allowed if t.name.lower() == this.lower()), None)
-            if table is None or len(table.primary_key) != 1 or any(
+            table = self.snapshot.table(this)
+            if table is None or table not in self.allowed or len(table.primary_key) != 1 or any(
                     info is not None and info.name == table.name for _, info in frame.tables.values()):
                 continue
             fks = [fk for fk in table.foreign_keys if len(fk.columns) == 1 and fk.ref_table.lower() == other.lower()]
