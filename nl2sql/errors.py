@@ -51,6 +51,11 @@ class NL2SQLError(Exception):
             return self.message
         return f"{self.message}\n{self.fix}" if "\n" in self.message else f"{self.message} {self.fix}"
 
+    @property
+    def details(self) -> list[str]:
+        """What exactly failed, as codes (a subclass's problem codes; none here)."""
+        return []
+
     def to_dict(self) -> dict[str, str | None]:
         """The error as a plain record for results, traces and `--json` output."""
         return {"code": self.code, "message": str(self), "node": self.node, "datasource": self.datasource}
@@ -130,6 +135,11 @@ class PlanUnsupported(NL2SQLError):
     def __init__(self, message: str, *, construct: str, fix: str | None = None, **kwargs: object) -> None:
         super().__init__(message, fix=fix, **kwargs)  # type: ignore[arg-type]
         self.construct = construct
+
+    @property
+    def details(self) -> list[str]:
+        """The construct the plan language lacks."""
+        return [self.construct]
 
 
 class DatasourceError(NL2SQLError):

@@ -187,6 +187,7 @@ def _engine(config: Path, llm: Path, suite: Path, cases: list[EvalCase], args: a
                    for n, s in r["scores"].items() if n != "faithfulness" and s["passed"] is not None]
         records.append({"case_id": r["case_id"], "role": r["role"], "passed": strict, "lenient": bool(lenient) and all(lenient),
                         "outcome": r["outcome"], "status": r["status"], "error_code": r.get("error_code"),
+                        "error_details": r.get("error_details", []),
                         "latency_s": r["latency_s"], "llm_calls": r.get("llm_calls"),
                         "parse_retries": r.get("parse_retries"), "refiner_rounds": r.get("refiner_rounds"),
                         "repairs": r.get("repairs"), "warnings": r.get("warnings", []), "sql": r.get("sql", []),

@@ -70,7 +70,7 @@ def build_record(report: Mapping[str, Any], config: str, *, note: str | None = N
 def verdict_details(board: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """`case_id/role` → the codes and counts a record keeps of its runs (status, error code, parse retries, refiner
     rounds, repairs, warning codes, model calls, latency; no rows, no answer text). With several passes: the
-    first failing pass's status and error code (else the first pass's), counts summed, warnings of every pass, the
+    first failing pass's status, error code and error details (else the first pass's), counts summed, warnings of every pass, the
     slowest latency. Keys a run did not measure (mode retrieval has no model calls) are left out."""
     from nl2sql.evaluation.report import DETAIL_KEYS
 
@@ -84,7 +84,7 @@ def verdict_details(board: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         detail: dict[str, Any] = {}
         for name in DETAIL_KEYS:
             values = [r.get(name) for r in rs if r.get(name) is not None]
-            if name in ("status", "error_code"):
+            if name in ("status", "error_code", "error_details"):
                 value = shown.get(name)
             elif name == "warnings":
                 value = [code for r in rs for code in r.get("warnings") or []] if values else None

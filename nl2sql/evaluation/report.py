@@ -21,8 +21,8 @@ from nl2sql.evaluation.stats import wilson_interval
 #: count stays 0 until one is).
 REPAIR_SUFFIX = "_REPAIRED"
 #: The per-case detail a record keeps (codes and counts, never rows or answer text).
-DETAIL_KEYS = ("status", "error_code", "parse_retries", "refiner_rounds", "repairs", "warnings", "llm_calls",
-               "latency_s")
+DETAIL_KEYS = ("status", "error_code", "error_details", "parse_retries", "refiner_rounds", "repairs", "warnings",
+               "llm_calls", "latency_s")
 
 METRIC_KEYS = ("cases", "runs", "execution_accuracy", "lenient_accuracy", "table_recall", "column_recall",
                "tables_sent", "columns_sent", "routing_top1", "routing_shortlist", "cost_usd", "latency_p50_s",
@@ -50,6 +50,8 @@ class CaseRecord:
     error: str | None = None
     #: The code of the error a failed run ended with (its first run error, else its first sub-query error).
     error_code: str | None = None
+    #: What exactly failed, as codes: a plan's problem codes, or the construct the plan language lacks.
+    error_details: list[str] = field(default_factory=list)
     #: Structured answers asked again because they did not validate (`llm.parse_retry` events).
     parse_retries: int | None = None
     #: Rounds of the refiner (each after a validation or database error).
@@ -147,11 +149,17 @@ class EvalReport(BaseModel):
                 lines += ["", f"## Failures ({b.config})", "",
                           "| case | role | why | error | parse retries | refiner rounds | repairs | warnings | calls "
                           "| s |", "|---|---|---|---|---|---|---|---|---|---|"]
-                lines += [f"| {f['case_id']} | {f['role']} | {_cell(f['why'])} | {_cell(f.get('error_code'))} "
+                lines += [f"| {f['case_id']} | {f['role']} | {_cell(f['why'])} | {_cell(_error_cell(f))} "
                           f"| {_cell(f.get('parse_retries'))} | {_cell(f.get('refiner_rounds'))} "
                           f"| {_cell(f.get('repairs'))} | {_cell(', '.join(f.get('warnings') or []) or None)} "
                           f"| {_cell(f.get('llm_calls'))} | {_cell(f.get('latency_s'))} |" for f in b.failures]
         return "\n".join(lines) + "\n"
+
+
+def _error_cell(failure: dict[str, Any]) -> str | None:
+    """A failure's error code, with what exactly failed: `PLAN_INVALID (UNKNOWN_COLUMN, GROUP_BY_MISMATCH)`."""
+    code, details = failure.get("error_code"), failure.get("error_details") or []
+    return f"{code} ({', '.join(details)})" if code and details else code
 
 
 def _cell(value: Any) -> str:

@@ -28,6 +28,7 @@ from nl2sql.evaluation.scorers import CaseRun, Score, score_run
 from nl2sql.evaluation.suite import EvalCase, EvalSuite
 from nl2sql.llm.fake import FakeLLMServer
 from nl2sql.llm.prices import price_for
+from nl2sql.pipeline.result import RunError
 
 Mode = Literal["plans", "retrieval", "full"]
 SCORERS_BY_MODE: dict[str, tuple[str, ...]] = {
@@ -114,13 +115,21 @@ def result_digest(run: CaseRun) -> str | None:
     return hashlib.sha256(json.dumps(payload, default=str).encode()).hexdigest()[:16]
 
 
-def error_code_of(run: CaseRun) -> str | None:
-    """The code of the error a run ended with: an engine fault's, else the result's first run error, else its
-    first sub-query error (None for a run without one)."""
-    if run.error_code is not None or run.result is None:
-        return run.error_code
+def first_error(run: CaseRun) -> RunError | None:
+    """The error a run's result ended with: its first run error, else its first sub-query error."""
+    if run.result is None:
+        return None
     errors = [*run.result.errors, *(sq.error for sq in run.result.sub_queries if sq.error is not None)]
-    return errors[0].code if errors else None
+    return errors[0] if errors else None
+
+
+def error_code_of(run: CaseRun) -> str | None:
+    """The code of the error a run ended with: an engine fault's, else `first_error`'s (None for a run without
+    one)."""
+    if run.error_code is not None:
+        return run.error_code
+    error = first_error(run)
+    return error.code if error else None
 
 
 def record_of(job: EvalJob, run: CaseRun, scores: dict[str, Score]) -> CaseRecord:
@@ -130,6 +139,7 @@ def record_of(job: EvalJob, run: CaseRun, scores: dict[str, Score]) -> CaseRecor
     asked = result is not None or run.error is not None  # the pipeline ran (not mode retrieval)
     counts = run.trace_counts
     warnings = [w.code for w in result.warnings] if result else []
+    ended = first_error(run)
     return CaseRecord(
         case_id=job.case.id, role=job.role, config=job.config_name, pass_index=job.pass_index, tags=job.case.tags,
         outcome=job.case.outcome.get(job.role, "allowed"), status=result.status if result else None,
@@ -138,7 +148,7 @@ def record_of(job: EvalJob, run: CaseRun, scores: dict[str, Score]) -> CaseRecor
         tokens={"input": usage.get("input_tokens"), "output": usage.get("output_tokens")},
         sql=[sq.sql for sq in result.sub_queries if sq.sql] if result else [], rows_digest=result_digest(run),
         answer=(result.answer.content or None) if result and result.status == "success" else None, error=run.error,
-        error_code=error_code_of(run), parse_retries=counts.get("parse_retries", 0) if asked else None,
+        error_code=error_code_of(run), error_details=ended.details if ended else [], parse_retries=counts.get("parse_retries", 0) if asked else None,
         refiner_rounds=counts.get("refiner_rounds", 0) if asked else None,
         repairs=sum(code.endswith(REPAIR_SUFFIX) for code in warnings) if asked else None, warnings=warnings,
         llm_calls=(result.llm_calls if result else counts.get("llm_calls", 0)) if asked else None)

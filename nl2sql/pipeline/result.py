@@ -32,6 +32,9 @@ class RunError(BaseModel):
     node: str | None = None
     fix: str | None = None
     sub_query_id: str | None = None
+    #: What exactly failed, as codes: a plan's problem codes (PLAN_INVALID) or the construct the plan language
+    #: lacks (PLAN_UNSUPPORTED); empty for other errors.
+    details: list[str] = Field(default_factory=list)
 
 
 class SubQueryResult(BaseModel):

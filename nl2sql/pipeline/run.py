@@ -38,7 +38,7 @@ def _error(exc: NL2SQLError, step: Step, sq: SubQuery | None) -> RunError:
     if isinstance(exc, SecurityViolation):  # the generic sentence, nothing else
         return RunError(code=exc.code, message=GENERIC_REFUSAL, node=step.name, sub_query_id=sq.id if sq else None)
     return RunError(code=exc.code, message=exc.message, node=exc.node or step.name, fix=exc.fix,
-                    sub_query_id=sq.id if sq else None)
+                    sub_query_id=sq.id if sq else None, details=exc.details)
 
 
 def _stop(ctx: RunContext, state: RunState, stop: LimitReached) -> None:

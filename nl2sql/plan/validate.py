@@ -55,6 +55,11 @@ class PlanValidationError(NL2SQLError):
         """The issue codes, in order."""
         return [i.code for i in self.issues]
 
+    @property
+    def details(self) -> list[str]:
+        """The issue codes, in order."""
+        return self.codes
+
 
 @dataclass
 class ValidatedPlan:

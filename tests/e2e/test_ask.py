@@ -430,6 +430,7 @@ def test_the_sql_format_stops_when_the_refiner_repeats_a_statement(project: Conf
     answer_sql(model, "refiner", {question: statement + ";"})
     result = ask(project, question, "viewer", settings={**SQL_FORMAT, "max_retries": 3})
     assert result.status == "error" and result.errors[0].code == "PLAN_UNSUPPORTED"
+    assert result.errors[0].details == ["UNION"]  # the construct the plan language lacks
     assert len(sql_requests(model, "sql_refiner")) == 1 and "REFINER_REPEATED" in [w.code for w in result.warnings]
 
 

@@ -59,6 +59,7 @@ def test_a_failing_case_reports_its_error_code_parse_retries_and_refiner_rounds(
     by_case = {r["case_id"]: r for r in board.records}
     failed = by_case[broken]
     assert failed["status"] == "error" and failed["error_code"] == "PLAN_INVALID"
+    assert failed["error_details"] == ["UNKNOWN_COLUMN"]  # what exactly failed, as codes
     assert failed["parse_retries"] == 1 and failed["refiner_rounds"] >= 1
     assert failed["llm_calls"] >= 3 and failed["latency_s"] > 0  # the planner twice, the refiner
     passed = by_case[fine]
@@ -68,11 +69,12 @@ def test_a_failing_case_reports_its_error_code_parse_retries_and_refiner_rounds(
     failure = next(f for f in board.failures if f["case_id"] == broken)
     assert failure["error_code"] == "PLAN_INVALID" and "got error PLAN_INVALID" in failure["why"]
     table = report.markdown().split("## Failures (fake)")[1]
-    assert f"| {broken} | admin |" in table and "| PLAN_INVALID | 1 |" in table
+    assert f"| {broken} | admin |" in table and "| PLAN_INVALID (UNKNOWN_COLUMN) | 1 |" in table
 
     verdicts = {v["case"]: v for v in build_record(report.model_dump(mode="json"), "fake")["verdicts"]}
     kept = verdicts[f"{broken}/admin"]
     assert kept["passed"] is False and kept["error_code"] == "PLAN_INVALID" and kept["parse_retries"] == 1
+    assert kept["error_details"] == ["UNKNOWN_COLUMN"]
     assert kept["refiner_rounds"] >= 1 and "rows" not in kept and "answer" not in kept and "sql" not in kept
 
 

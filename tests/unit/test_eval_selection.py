@@ -126,8 +126,8 @@ def record(case_id: str, *, passed: bool, pass_index: int = 0, **detail: object)
 
 
 def test_the_failures_table_and_the_records_carry_codes_and_counts() -> None:
-    failing = record("c1", passed=False, error_code="PLAN_INVALID", parse_retries=1, refiner_rounds=2, repairs=0,
-                     warnings=["REFINER_REPEATED"], llm_calls=7)
+    failing = record("c1", passed=False, error_code="PLAN_INVALID", error_details=["UNKNOWN_COLUMN", "GROUP_BY_MISMATCH"],
+                     parse_retries=1, refiner_rounds=2, repairs=0, warnings=["REFINER_REPEATED"], llm_calls=7)
     ok = record("c0", passed=True, error_code=None, parse_retries=0, refiner_rounds=0, repairs=0, llm_calls=4)
     report = build_report("full", suite={"name": "s.yaml", "digest": "d", "cases": 2, "selection": None},
                           database={"datasource_id": "chinook", "schema_fingerprint": "f"}, settings={},
@@ -137,12 +137,15 @@ def test_the_failures_table_and_the_records_carry_codes_and_counts() -> None:
     assert failure["refiner_rounds"] == 2 and failure["llm_calls"] == 7 and failure["warnings"] == ["REFINER_REPEATED"]
     assert "got error PLAN_INVALID" in failure["why"]
     table = report.markdown().split("## Failures (default)")[1]
-    assert "| c1 | admin |" in table and "| PLAN_INVALID | 1 | 2 | 0 | REFINER_REPEATED | 7 | 0.5 |" in table
+    assert "| c1 | admin |" in table
+    assert "| PLAN_INVALID (UNKNOWN_COLUMN, GROUP_BY_MISMATCH) | 1 | 2 | 0 | REFINER_REPEATED | 7 | 0.5 |" in table
 
     saved = build_record(report.model_dump(mode="json"), "default")
     by_case = {v["case"]: v for v in saved["verdicts"]}
     assert by_case["c1/admin"] == {"case": "c1/admin", "passed": False, "status": "error",
-                                   "error_code": "PLAN_INVALID", "parse_retries": 1, "refiner_rounds": 2,
+                                   "error_code": "PLAN_INVALID",
+                                   "error_details": ["UNKNOWN_COLUMN", "GROUP_BY_MISMATCH"], "parse_retries": 1,
+                                   "refiner_rounds": 2,
                                    "repairs": 0, "warnings": ["REFINER_REPEATED"], "llm_calls": 7, "latency_s": 0.5}
     assert by_case["c0/admin"]["passed"] is True and "error_code" not in by_case["c0/admin"]
     assert "59" not in str(saved["verdicts"])  # no answer text, no rows
