@@ -140,7 +140,8 @@ def measure(config, retriever: Retriever, questions: list[Question], role: str, 
     policies = config.policies
     ids = [ds.id for ds in config.datasources]
     chinook_scope = scope(policies, role, "chinook")
-    settings = {**config.settings.retrieval.model_dump(), **overrides}
+    # the pruning is what is measured: a schema too wide to send whole (whole_schema_columns off)
+    settings = {**config.settings.retrieval.model_dump(), "whole_schema_columns": 0, **overrides}
     routing = config.settings.routing
 
     def allows_route(ds: str, table: str) -> bool:

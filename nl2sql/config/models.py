@@ -354,6 +354,9 @@ class RetrievalSettings(Strict):
     planning_k: int = Field(default=4, ge=1)
     wide_table_columns: int = Field(default=3, ge=1)
     mmr_lambda: float = Field(default=1.0, ge=0, le=1)
+    whole_schema_columns: int = Field(default=100, ge=0, description="A datasource whose tables the caller may read "
+                                      "have at most this many columns in all is sent whole (every table, every "
+                                      "column, in the same order for every question); 0 always retrieves.")
 
 
 class CuratedSettings(Strict):

@@ -23,7 +23,12 @@ person's first and last name where it has them), the columns of the kinds the qu
 the question, and, for a table within `PRIMARY_GAP` of the best score, its best-matching column
 and those within `COLUMN_GAP` of it.
 
-On the demo's Chinook questions this keeps every needed table and about 99% of the needed columns
+Whole schemas. When the tables the caller may read have at most `whole_schema_columns` columns in all, every
+one is sent with every column, in the snapshot's order: a small schema left whole loses nothing a question
+needs (a small model invents the columns it is not shown), and the same text for every question lets a model
+server reuse its cached prompt prefix.
+
+On the demo's Chinook questions the pruning keeps every needed table and about 99% of the needed columns
 while sending about 15 columns (benchmarks/retrieval/chinook_quality.py). Routing across
 datasources is in `route.py`.
 """
@@ -600,7 +605,8 @@ class Retriever:
                    wide_table_columns: int = 3, mmr_lambda: float = 1.0, query: np.ndarray | None = None,
                    min_seeds: int = MIN_SEEDS, seed_gap: float = SEED_GAP, name_bonus: float = NAME_BONUS,
                    value_bonus: float = VALUE_BONUS, cue_bonus: float = CUE_BONUS, primary_gap: float = PRIMARY_GAP,
-                   min_columns: int = MIN_COLUMNS, column_gap: float = COLUMN_GAP) -> RetrievedSchema:
+                   min_columns: int = MIN_COLUMNS, column_gap: float = COLUMN_GAP,
+                   whole_schema_columns: int = 0) -> RetrievedSchema:
         """The tables and columns the planner should see for this question in this datasource (see the module doc)."""
         live = self.live(datasource_id)
         if live is None or live.snapshot is None:
@@ -631,6 +637,15 @@ class Retriever:
         kinds, wanted, none = facts.table_kinds, cues.table_kinds, frozenset()
         score = {t: best[t] + name_bonus * (t in named) + value_bonus * (t in valued_tables)
                  + cue_bonus * len(kinds.get(t, none) & wanted) for t in best}
+        if sum(len(t.columns) for t in tables.values()) <= whole_schema_columns:
+            # small enough to send whole: nothing the question needs is left out, and in the snapshot's order the
+            # prompt's schema is the same for every question (a model server's prefix cache then reuses it)
+            whole = list(tables)
+            out = [_retrieved(tables[t], score.get(t, 0.0), {c.name for c in tables[t].columns}, column_sims, allows,
+                              facts, "whole schema") for t in whole]
+            fks = [f"{t}.{','.join(fk.columns)} → {fk.ref_table}.{','.join(fk.ref_columns)}"
+                   for t in whole for fk in tables[t].foreign_keys if _target(fk) in tables]
+            return RetrievedSchema(datasource_id, out, fks)
         ranked = sorted(score, key=lambda t: -score[t])[:table_k]
         table_vec = {t: live.vectors[layout.table_entry[t]] for t in ranked if t in layout.table_entry}
         top = score[ranked[0]] if ranked else 0.0

@@ -61,7 +61,8 @@ class IndexService:
         s = self.config.settings.retrieval
         return self.retriever.schema_for(question, datasource_id, lambda table: _allows(caller, table),
                                          table_k=s.table_k, planning_k=s.planning_k,
-                                         wide_table_columns=s.wide_table_columns, mmr_lambda=s.mmr_lambda)
+                                         wide_table_columns=s.wide_table_columns, mmr_lambda=s.mmr_lambda,
+                                         whole_schema_columns=s.whole_schema_columns)
 
     def retrieve(self, question: str, roles: Sequence[str] | str | None, datasource_id: str | None = None,
                  among: Sequence[str] | None = None) -> Retrieval:

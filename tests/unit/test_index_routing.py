@@ -44,8 +44,40 @@ def test_no_reachable_datasource_is_refused_before_any_search(demo_index) -> Non
         demo_index.route("anything", "viewer", ["support", "webanalytics"])
 
 
-def test_schema_keeps_keys_and_join_paths(demo_index) -> None:
-    schema = demo_index.retrieve_schema("Which genres sell best in Germany?", "admin", "chinook")
+@pytest.fixture(scope="module")
+def pruning_index(demo_config, demo_index):
+    """The demo's index with its schemas pruned per question, as a schema too wide to send whole is."""
+    from nl2sql.index.service import IndexService
+
+    config = demo_config.model_copy(deep=True)
+    config.settings.retrieval.whole_schema_columns = 0
+    return IndexService(config, retriever=demo_index.retriever)
+
+
+def test_a_small_schema_is_sent_whole_and_the_same_for_every_question(demo_index, demo_config) -> None:
+    live = demo_index.live("chinook")
+    readable = [t.name for t in live.snapshot.tables if t.name != "Employee"]  # the analyst's scope
+    first = demo_index.retrieve_schema("Which genres sell best in Germany?", "analyst", "chinook")
+    second = demo_index.retrieve_schema("How many customers are in Brazil?", "analyst", "chinook")
+    assert first.table_names() == readable  # every table the caller may read, in the snapshot's order
+    assert all(len(t.columns) == t.total_columns for t in first.tables)  # every column
+    assert first.render() == second.render()  # one text for every question: a server's prefix cache reuses it
+    rendered = first.render() + " ".join(first.foreign_keys)
+    assert "Employee" not in rendered  # a denied table is not named, not even as a foreign key's target
+    assert demo_config.settings.retrieval.whole_schema_columns >= sum(t.total_columns for t in first.tables)
+
+
+def test_a_schema_over_the_whole_schema_budget_is_pruned_per_question(demo_config, demo_index) -> None:
+    from nl2sql.index.service import IndexService
+
+    config = demo_config.model_copy(deep=True)
+    config.settings.retrieval.whole_schema_columns = 48  # the analyst reads 49 columns of Chinook
+    schema = IndexService(config, retriever=demo_index.retriever).retrieve_schema("Which genres sell best in Germany?", "analyst", "chinook")
+    assert len(schema.tables) < 10 and {"Genre", "Invoice", "InvoiceLine", "Track"} <= set(schema.table_names())
+
+
+def test_schema_keeps_keys_and_join_paths(pruning_index) -> None:
+    schema = pruning_index.retrieve_schema("Which genres sell best in Germany?", "admin", "chinook")
     names = schema.table_names()
     assert {"Genre", "Invoice"} <= set(names)
     assert {"InvoiceLine", "Track"} <= set(names)  # the tables that join genres to invoices
@@ -115,6 +147,6 @@ def test_the_routing_strategy_is_a_setting(demo_config, demo_index) -> None:
     assert IndexService(config).route("Which album has the most tracks?", "admin").settings["floor_ratio"] == 0.95
 
 
-def test_a_name_in_lower_case_brings_the_table_it_is_looked_up_in(demo_index) -> None:
-    schema = demo_index.retrieve_schema("Which albums did led zeppelin release?", "admin", "chinook")
+def test_a_name_in_lower_case_brings_the_table_it_is_looked_up_in(pruning_index) -> None:
+    schema = pruning_index.retrieve_schema("Which albums did led zeppelin release?", "admin", "chinook")
     assert {"Album", "Artist"} <= set(schema.table_names())
