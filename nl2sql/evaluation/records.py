@@ -70,8 +70,8 @@ def build_record(report: Mapping[str, Any], config: str, *, note: str | None = N
 def verdict_details(board: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """`case_id/role` → the codes and counts a record keeps of its runs (status, error code, parse retries, refiner
     rounds, repairs, warning codes, model calls, latency; no rows, no answer text). With several passes: the
-    first failing pass's status, error code and error details (else the first pass's), counts summed, warnings of every pass, the
-    slowest latency. Keys a run did not measure (mode retrieval has no model calls) are left out."""
+    first failing pass's status, error code and error details (else the first pass's), counts summed, warnings
+    of every pass, the slowest latency. Keys a run did not measure (mode retrieval has no model calls) are left out."""
     from nl2sql.evaluation.report import DETAIL_KEYS
 
     runs: dict[str, list[Mapping[str, Any]]] = {}

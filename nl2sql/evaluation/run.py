@@ -148,7 +148,8 @@ def record_of(job: EvalJob, run: CaseRun, scores: dict[str, Score]) -> CaseRecor
         tokens={"input": usage.get("input_tokens"), "output": usage.get("output_tokens")},
         sql=[sq.sql for sq in result.sub_queries if sq.sql] if result else [], rows_digest=result_digest(run),
         answer=(result.answer.content or None) if result and result.status == "success" else None, error=run.error,
-        error_code=error_code_of(run), error_details=ended.details if ended else [], parse_retries=counts.get("parse_retries", 0) if asked else None,
+        error_code=error_code_of(run), error_details=ended.details if ended else [],
+        parse_retries=counts.get("parse_retries", 0) if asked else None,
         refiner_rounds=counts.get("refiner_rounds", 0) if asked else None,
         repairs=sum(code.endswith(REPAIR_SUFFIX) for code in warnings) if asked else None, warnings=warnings,
         llm_calls=(result.llm_calls if result else counts.get("llm_calls", 0)) if asked else None)
