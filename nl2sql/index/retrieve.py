@@ -643,9 +643,7 @@ class Retriever:
             whole = list(tables)
             out = [_retrieved(tables[t], score.get(t, 0.0), {c.name for c in tables[t].columns}, column_sims, allows,
                               facts, "whole schema") for t in whole]
-            fks = [f"{t}.{','.join(fk.columns)} → {fk.ref_table}.{','.join(fk.ref_columns)}"
-                   for t in whole for fk in tables[t].foreign_keys if _target(fk) in tables]
-            return RetrievedSchema(datasource_id, out, fks)
+            return RetrievedSchema(datasource_id, out, _foreign_key_lines(whole, tables))
         ranked = sorted(score, key=lambda t: -score[t])[:table_k]
         table_vec = {t: live.vectors[layout.table_entry[t]] for t in ranked if t in layout.table_entry}
         top = score[ranked[0]] if ranked else 0.0
@@ -675,9 +673,14 @@ class Retriever:
             picked = _columns(tables[t], facts, cues, picks, column_sims, keyed, wide=wide_table_columns,
                               min_columns=min_columns if primary else 0, column_gap=column_gap)
             out.append(_retrieved(tables[t], score.get(t, 0.0), picked, column_sims, allows, facts, reasons[t]))
-        fks = [f"{t}.{','.join(fk.columns)} → {fk.ref_table}.{','.join(fk.ref_columns)}"
-               for t in chosen for fk in tables[t].foreign_keys if _target(fk) in sent]
-        return RetrievedSchema(datasource_id, out, fks)
+        return RetrievedSchema(datasource_id, out, _foreign_key_lines(chosen, tables))
+
+
+def _foreign_key_lines(sent: list[str], tables: dict[str, TableInfo]) -> list[str]:
+    """The foreign keys between the tables sent, as `Track.GenreId → Genre.GenreId`."""
+    among = set(sent)
+    return [f"{t}.{','.join(fk.columns)} → {fk.ref_table}.{','.join(fk.ref_columns)}"
+            for t in sent for fk in tables[t].foreign_keys if _target(fk) in among]
 
 
 class _LazyColumnSims(dict):
