@@ -385,6 +385,13 @@ class PlanValidator:
             return None
         col = info.column(ref.column)
         if col is None:
+            holder = self._other_holder(ref, info, frame) if clause != "join" else None
+            if holder is not None:
+                self.repairs.append(PlanIssue("COLUMN_ON_OTHER_TABLE", f"{ref.table}.{ref.column} read as "
+                                              f"{holder}.{ref.column} ({info.name} has no column {ref.column}; "
+                                              f"{holder} is the one table here that has it).", path))
+                ref.table = holder
+                return self.column(ref, frame, clause, path)
             self.issue("UNKNOWN_COLUMN", _no_such_column(info, ref.column), path)
             return None
         if ref.column != col.name:
@@ -392,6 +399,17 @@ class PlanValidator:
                                           path))
             ref.column = col.name
         return dtype_of(col.type, sqlglot_dialect(self.snapshot.dialect))
+
+    @staticmethod
+    def _other_holder(ref: m.ColumnRef, info: TableInfo, frame: VisibleNames) -> str | None:
+        """The one other table of this plan that has the column `ref` names on a table without it, when the named
+        table has no column of a like name either (else there are two readings). Not for join keys: moving one
+        side of a key to the other table would compare that table with itself."""
+        if did_you_mean(ref.column, [c.name for c in info.columns]) is not None:
+            return None
+        holders = [r.name_in_scope for r, i in frame.tables.values()
+                   if i is not None and i is not info and i.column(ref.column) is not None]
+        return holders[0] if len(holders) == 1 else None
 
     def _unqualified(self, ref: m.ColumnRef, frame: VisibleNames, clause: str, path: str) -> Dtype | None:
         if clause in ("order_by", "having") and ref.column.lower() in frame.select_aliases:

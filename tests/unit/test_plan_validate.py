@@ -588,6 +588,32 @@ def test_a_column_written_in_another_case_is_read_as_the_schema_has_it(snapshot:
     assert [r.code for r in validated.repairs] == ["COLUMN_CASE"]
 
 
+def test_a_column_on_a_table_without_it_is_read_on_the_one_table_here_that_has_it(
+        snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
+    # COUNT(i.LastName) with Customer joined: only Customer has LastName
+    data = plan(col("c", "Country"), agg("count", col("i", "LastName")), joins=[CUSTOMER], group_by=[col("c", "Country")])
+    validated = check(data, snapshot, scopes["analyst"])
+    assert (validated.plan.select[1].expr.arg.table, validated.plan.select[1].expr.arg.column) == ("c", "LastName")
+    assert [r.code for r in validated.repairs] == ["COLUMN_ON_OTHER_TABLE"]
+    assert validated.repairs[0].message == ("i.LastName read as c.LastName (Invoice has no column LastName; c is the "
+                                            "one table here that has it).")
+    assert "COUNT(c.LastName)" in generate_sql(validated.plan, "sqlite")
+
+
+def test_a_missing_column_with_a_like_named_one_on_its_table_is_not_moved(snapshot: SchemaSnapshot,
+                                                                            scopes: dict[str, Scope]) -> None:
+    # i.Country: Invoice's BillingCountry or Customer's Country are two readings
+    error = problems(plan(col("i", "Country"), joins=[CUSTOMER]), snapshot, scopes["analyst"])
+    assert [i.code for i in error.issues] == ["UNKNOWN_COLUMN"] and "Did you mean BillingCountry?" in str(error)
+
+
+def test_a_join_key_on_a_table_without_it_is_not_moved(snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
+    # moving i.LastName to c would compare c with itself
+    wrong = join("Customer", "c", key(col("c", "LastName"), col("i", "LastName")))
+    error = problems(plan(col("i", "Total"), joins=[wrong]), snapshot, scopes["analyst"])
+    assert "UNKNOWN_COLUMN" in [i.code for i in error.issues]
+
+
 @pytest.mark.parametrize("customer_first", [True, False])
 def test_a_join_of_two_things_keys_goes_through_the_one_table_that_links_them(
         customer_first: bool, snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
