@@ -1,7 +1,9 @@
 """The plan validator: every name exists, every table is in the caller's scope, and the plan can be built.
 
-Scope comes first: a plan that reads a table the caller may not see is refused with the generic
-sentence before anything else is looked at, so no message ever names such a table. Then every
+Scope comes first: a plan that reads a table outside what the caller may read is refused with the
+generic sentence before anything else is looked at, whether that table is denied or does not exist
+(one answer for both, so a plan cannot probe for tables), and no message ever names such a table;
+only a slip on a readable table's name goes on to the name checks. Then every
 table, alias and column is resolved against the schema snapshot (names come back in their
 reflected case, unqualified columns get their table), join keys are checked for type
 compatibility with the rules of `join_keys`, and aggregates, GROUP BY, windows and sub-plans are
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from nl2sql.datasources.guard import sqlglot_dialect
@@ -79,6 +81,8 @@ class VisibleNames:
     tables: dict[str, tuple[m.TableRef, TableInfo | None]] = field(default_factory=dict)
     select_aliases: set[str] = field(default_factory=set)
     parent: VisibleNames | None = None
+    #: joins a repair added (a column's own table, one foreign key away): appended to the plan's joins
+    added_joins: list[m.Join] = field(default_factory=list)
 
     def lookup(self, name: str) -> tuple[m.TableRef, TableInfo | None] | None:
         frame: VisibleNames | None = self
@@ -162,11 +166,16 @@ def _listed(names: list[str] | dict[str, str]) -> str:
     return ", ".join(names[:MAX_LISTED_COLUMNS]) + (", …" if len(names) > MAX_LISTED_COLUMNS else "")
 
 
-def _no_such_column(info: TableInfo, column: str) -> str:
+def _no_such_column(info: TableInfo, column: str, readable: Sequence[TableInfo] = ()) -> str:
+    """What a model needs to fix a column put on the wrong table: a like name, the tables that do have it, the
+    table's own columns."""
     names = [c.name for c in info.columns]
     guess = did_you_mean(column, names)
     hint = f" Did you mean {guess}?" if guess else ""
-    return f"{info.name} has no column {column}.{hint} Columns: {_listed(names)}."
+    holders = [t.name for t in readable if t is not info and t.column(column) is not None]
+    if holders:
+        hint += f" {column} is a column of {', '.join(holders[:5])}: join that table and take it from there."
+    return f"{info.name} has no column {column}.{hint} Columns of {info.name}: {_listed(names)}."
 
 
 def looks_like_date(text: str) -> bool:
@@ -209,19 +218,26 @@ class PlanValidator:
     # --- tables --------------------------------------------------------------------------------
 
     def check_scope(self, plan: m.PlanModel) -> None:
-        """Refuse (generically) a plan that reads any table the caller may not see."""
+        """Refuse (generically) a plan that reads a table outside what the caller may read.
+
+        A table the caller may not read and a table that does not exist get the same answer, so a plan cannot tell
+        one from the other. Only a slip on a readable table's name (`Tracks`, `customers`: close to one of them,
+        compared with readable names alone) is left to the name checks, which repair or report it.
+        """
         if not self.scope.reachable:
             raise SecurityViolation(datasource=self.scope.datasource, node="validator")
+        readable = [t.name for t in self.allowed]
         for sub in iter_plans(plan):
             for ref in sub.tables():
                 info = self.snapshot.table(ref.table)
-                allowed = self.scope.allows(info.name, info.schema_name) if info else self.scope.allows(ref.table)
-                if not allowed:
+                if info is not None and info in self.allowed:
+                    continue
+                if info is not None or did_you_mean(ref.table, readable) is None:
                     raise SecurityViolation(datasource=self.scope.datasource, node="validator")
 
     def resolve_table(self, ref: m.TableRef, path: str) -> TableInfo | None:
         """The table a reference names (its name set to the reflected case), or None with an issue."""
-        info = self.snapshot.table(ref.table)
+        info = self.snapshot.table(ref.table) or self._singular_or_plural(ref, path)
         if info is None or info not in self.allowed:
             names = [t.name for t in self.allowed]
             guess = did_you_mean(ref.table, names)
@@ -231,6 +247,20 @@ class PlanValidator:
         ref.table = info.name
         self.read[info.name] = info
         return info
+
+    def _singular_or_plural(self, ref: m.TableRef, path: str) -> TableInfo | None:
+        """The one readable table whose name is `ref`'s with an `s` added or dropped (`Tracks`, `customer`), as a
+        repair; None when no readable table, or more than one, reads so."""
+        name = ref.table.lower()
+        forms = {name[:-1], name[:-2]} if name.endswith("es") else {name[:-1]} if name.endswith("s") else set()
+        forms |= {name + "s", name + "es"}
+        found = [t for t in self.allowed if t.name.lower() in forms]
+        if len(found) != 1:
+            return None
+        self.repairs.append(PlanIssue("TABLE_NAME", f"Table {ref.table} read as {found[0].name}.", path))
+        if ref.alias is None:  # the columns that named the table as written still find it
+            ref.alias = ref.table
+        return found[0]
 
     # --- plans ---------------------------------------------------------------------------------
 
@@ -264,6 +294,7 @@ class PlanValidator:
             if value is not None and value < 0:
                 self.issue("BAD_LIMIT", f"{name} must be 0 or more, not {value}.", f"{path}.{name}")
         self._grouping(plan, frame, path)
+        plan.joins.extend(frame.added_joins)
         return frame
 
     def _not_constant(self, expr: m.ExprNode, clause: str, path: str) -> None:
@@ -392,7 +423,10 @@ class PlanValidator:
                                               f"{holder} is the one table here that has it).", path))
                 ref.table = holder
                 return self.column(ref, frame, clause, path)
-            self.issue("UNKNOWN_COLUMN", _no_such_column(info, ref.column), path)
+            parent = self._parent_holder(ref, info, frame, path) if clause != "join" else None
+            if parent is not None:
+                return self.column(ref, frame, clause, path)
+            self.issue("UNKNOWN_COLUMN", _no_such_column(info, ref.column, self.allowed), path)
             return None
         if ref.column != col.name:
             self.repairs.append(PlanIssue("COLUMN_CASE", f"{ref.table}.{ref.column} read as {ref.table}.{col.name}.",
@@ -411,6 +445,38 @@ class PlanValidator:
                    if i is not None and i is not info and i.column(ref.column) is not None]
         return holders[0] if len(holders) == 1 else None
 
+    def _parent_holder(self, ref: m.ColumnRef, info: TableInfo, frame: VisibleNames, path: str) -> str | None:
+        """The alias of the one readable table, one foreign key away from `info` (a row of `info` names one row of
+        it), that has the column `ref` names on `info`: joined in (LEFT, so no row of `info` is lost or repeated)
+        and `ref` moved to it. None, and nothing changed, when no such table, or more than one, has it, or the
+        named table has a column of a like name and the same kind of value (two readings)."""
+        links = []
+        for fk in info.foreign_keys:
+            target = self.snapshot.table(fk.ref_table)
+            if (len(fk.columns) == 1 and target is not None and target in self.allowed
+                    and target.column(ref.column) is not None):
+                links.append((fk, target))
+        if len(links) != 1:
+            return None
+        fk, target = links[0]
+        dialect = sqlglot_dialect(self.snapshot.dialect)
+        kind = category(dtype_of(target.column(ref.column).type, dialect))  # type: ignore[union-attr]
+        like = did_you_mean(ref.column, [c.name for c in info.columns])
+        if like is not None and category(dtype_of(info.column(like).type, dialect)) == kind:  # type: ignore[union-attr]
+            return None
+        alias = _free_alias(target.name, frame)
+        table_ref = m.TableRef(table=target.name, alias=None if alias == target.name else alias)
+        frame.tables[alias.lower()] = (table_ref, target)
+        frame.added_joins.append(m.Join(type="left", table=table_ref, on=[m.JoinKey(
+            left=m.ColumnRef(table=alias, column=fk.ref_columns[0]), right=m.ColumnRef(table=ref.table,
+                                                                                     column=fk.columns[0]))]))
+        self.read[target.name] = target
+        self.repairs.append(PlanIssue("COLUMN_ON_PARENT_TABLE", f"{ref.table}.{ref.column} read as "
+                                      f"{alias}.{ref.column}: {info.name} has no column {ref.column}; {target.name}, "
+                                      f"which its {fk.columns[0]} references, was joined in.", path))
+        ref.table = alias
+        return alias
+
     def _unqualified(self, ref: m.ColumnRef, frame: VisibleNames, clause: str, path: str) -> Dtype | None:
         if clause in ("order_by", "having") and ref.column.lower() in frame.select_aliases:
             return "other"  # an output alias
@@ -426,7 +492,7 @@ class PlanValidator:
             return None  # it may belong to the table already reported as unknown
         known = [(r, i) for r, i in frame.tables.values() if i is not None]
         if len(known) == 1:
-            self.issue("UNKNOWN_COLUMN", _no_such_column(known[0][1], ref.column), path)
+            self.issue("UNKNOWN_COLUMN", _no_such_column(known[0][1], ref.column, self.allowed), path)
             return None
         every = {f"{r.name_in_scope}.{c.name}": c.name for r, i in known for c in i.columns}
         guess = did_you_mean(ref.column, every.values())

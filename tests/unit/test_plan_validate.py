@@ -88,10 +88,10 @@ CASES = [
         id="UNKNOWN_TABLE"),
     pytest.param(
         "UNKNOWN_COLUMN", plan(col("i", "Amount")), "plan.select[0]",
-        [f"Invoice has no column Amount. Columns: {INVOICE_COLUMNS}."], id="UNKNOWN_COLUMN"),
+        [f"Invoice has no column Amount. Columns of Invoice: {INVOICE_COLUMNS}."], id="UNKNOWN_COLUMN"),
     pytest.param(
         "UNKNOWN_COLUMN", plan(col(None, "Totl")), "plan.select[0]",
-        [f"Invoice has no column Totl. Did you mean Total? Columns: {INVOICE_COLUMNS}."],
+        [f"Invoice has no column Totl. Did you mean Total? Columns of Invoice: {INVOICE_COLUMNS}."],
         id="UNKNOWN_COLUMN-unqualified"),
     pytest.param(
         "UNKNOWN_COLUMN", plan(col(None, "Totl"), joins=[CUSTOMER]), "plan.select[0]",
@@ -421,10 +421,36 @@ def test_scope_is_checked_before_anything_else(snapshot: SchemaSnapshot, scopes:
 
 def test_unknown_table_outside_the_viewers_patterns_is_refused(snapshot: SchemaSnapshot,
                                                               scopes: dict[str, Scope]) -> None:
-    for name in ("Salaries", "Invoce", "Albm"):  # none exists; none matches the viewer's patterns
+    for name in ("Salaries", "Invoce"):  # none exists; none is close to a table the viewer may read
         with pytest.raises(SecurityViolation) as caught:
             check(plan(col(None, "Total"), table=name, alias=None), snapshot, scopes["viewer"])
         assert_generic(caught, name)
+    # a slip on a table the viewer may read is a name the refiner can fix
+    error = problems(plan(col(None, "Total"), table="Albm", alias=None), snapshot, scopes["viewer"])
+    assert error.codes == ["UNKNOWN_TABLE"] and "Did you mean Album?" in error.issues[0].message
+
+
+def test_denied_and_missing_tables_get_one_answer(snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
+    """An analyst's plan over Employee (denied) reads exactly like one over tables that do not exist."""
+    messages = set()
+    for name in ("Employee", "employee", "Employees", "Employe", "Salaries", "Weather"):
+        with pytest.raises(SecurityViolation) as caught:
+            check(plan(col(None, "LastName"), table=name, alias=None), snapshot, scopes["analyst"])
+        assert_generic(caught, name)
+        messages.add(str(caught.value))
+    assert len(messages) == 1
+
+
+def test_a_table_written_in_the_plural_or_singular_is_repaired(snapshot: SchemaSnapshot,
+                                                               scopes: dict[str, Scope]) -> None:
+    validated = check(plan(col("Tracks", "Name"), table="Tracks", alias=None), snapshot, scopes["viewer"])
+    assert validated.plan.from_.table == "Track" and [r.code for r in validated.repairs] == ["TABLE_NAME"]
+    assert "Tracks" in generate_sql(validated.plan, "sqlite")
+    validated = check(plan(col("c", "Country"), table="customers", alias="c"), snapshot, scopes["analyst"])
+    assert validated.plan.from_.table == "Customer"
+    # the plural of a table the caller may not read is refused like any other name outside its tables
+    with pytest.raises(SecurityViolation):
+        check(plan(col(None, "LastName"), table="Employees", alias=None), snapshot, scopes["analyst"])
 
 
 def test_unreachable_datasource_is_refused(snapshot: SchemaSnapshot, demo_config: Config) -> None:
@@ -437,10 +463,10 @@ def test_unreachable_datasource_is_refused(snapshot: SchemaSnapshot, demo_config
 
 def test_unknown_table_suggestions_only_name_visible_tables(snapshot: SchemaSnapshot,
                                                              scopes: dict[str, Scope]) -> None:
-    error = problems(plan(col(None, "LastName"), table="Employe", alias=None), snapshot, scopes["analyst"])
+    error = problems(plan(col(None, "LastName"), table="Custmers", alias=None), snapshot, scopes["analyst"])
     assert error.codes == ["UNKNOWN_TABLE"]
     message = error.issues[0].message
-    assert "Did you mean" not in message and "Employee" not in message
+    assert "Did you mean Customer?" in message and "Employee" not in message
     assert message.endswith("Tables: Album, Artist, Customer, Genre, Invoice, InvoiceLine, MediaType, Playlist, "
                             "PlaylistTrack, Track.")
     # the viewer misspelling a table it cannot see gets the refusal, never "Did you mean Invoice"
@@ -644,3 +670,39 @@ def test_a_link_table_already_read_or_out_of_scope_is_not_added(snapshot: Schema
     assert error.codes == ["JOIN_KEYS_MISMATCH"] and "Invoice.CustomerId → Customer.CustomerId" in str(error)
     # a key pair of one thing (a foreign key and the key it references, a self-join's) is left alone
     assert check(plan(col("i", "Total"), joins=[CUSTOMER]), snapshot, scopes["analyst"]).repairs == []
+
+
+def test_a_column_of_the_table_one_foreign_key_away_joins_that_table(snapshot: SchemaSnapshot,
+                                                                    scopes: dict[str, Scope]) -> None:
+    # tracks sold in 2009: InvoiceLine has no InvoiceDate; its InvoiceId references Invoice, which has it
+    year = {"kind": "date_part", "part": "year", "arg": col("il", "InvoiceDate")}
+    data = plan(agg("sum", col("il", "Quantity")), table="InvoiceLine", alias="il", where=cmp(year, "=", lit(2009)))
+    validated = check(data, snapshot, scopes["analyst"])
+    assert [r.code for r in validated.repairs] == ["COLUMN_ON_PARENT_TABLE"]
+    assert "Invoice, which its InvoiceId references, was joined in" in validated.repairs[0].message
+    sql = generate_sql(validated.plan, "sqlite")
+    assert "FROM InvoiceLine AS il LEFT JOIN Invoice ON Invoice.InvoiceId = il.InvoiceId" in sql
+    assert "Invoice.InvoiceDate" in sql
+    check(validated.plan.model_dump(by_alias=True), snapshot, scopes["analyst"])  # the repaired plan is valid as is
+
+
+def test_a_column_one_foreign_key_away_is_not_joined_when_unreadable_or_ambiguous(
+        snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
+    # Track.Name on an InvoiceLine is Track's, but the viewer may not read InvoiceLine at all: refused first
+    with pytest.raises(SecurityViolation):
+        check(plan(col("il", "Name"), table="InvoiceLine", alias="il"), snapshot, scopes["viewer"])
+    # Customer.SupportRepId references Employee, which the analyst may not read: no join, and no word of it
+    error = problems(plan(col("c", "Title"), table="Customer", alias="c"), snapshot, scopes["analyst"])
+    assert error.codes == ["UNKNOWN_COLUMN"] and "Employee" not in str(error)
+    # Track references Album, Genre and MediaType, and both Genre and MediaType have a Name: Track.Name is its own,
+    # but a Track "GenreName"-like slip with two holders stays an error naming both
+    error = problems(plan(col("t", "MediaTypeName"), table="Track", alias="t"), snapshot, scopes["viewer"])
+    assert error.codes == ["UNKNOWN_COLUMN"]
+
+
+def test_a_missing_column_names_the_readable_tables_that_have_it(snapshot: SchemaSnapshot,
+                                                                 scopes: dict[str, Scope]) -> None:
+    error = problems(plan(col("t", "Quantity"), table="Track", alias="t"), snapshot, scopes["analyst"])
+    assert "Quantity is a column of InvoiceLine: join that table and take it from there." in str(error)
+    error = problems(plan(col("t", "Quantity"), table="Track", alias="t"), snapshot, scopes["viewer"])
+    assert "InvoiceLine" not in str(error)  # the viewer may not read it
