@@ -5,7 +5,11 @@
 - direct: the same model asked for one SELECT with the whole schema the role may read (every table and column of
   the case's datasource, keys included; no retrieval, no plan, no examples, no refiner), the statement run
   read-only under the role's scope, scored like the engine's runs (strict execution match for an allowed case, a
-  refusal for a refused one, "CANNOT ANSWER" for an unanswerable one).
+  refusal for a refused one, "CANNOT ANSWER" for an unanswerable one);
+- direct_ddl: the same, asked with the engine's own planner prompt of the `sql` format (the readable tables as
+  CREATE TABLE statements with sample values, the same rules), so what separates it from the engine is only the
+  engine's work on the statement: reading it into a plan, validation and repairs, the answer's columns, the
+  refiner.
 
 Both write, per case, whether it passed, the error code of a failure, latency and model calls; the engine's
 also parse retries, refiner rounds and repairs (the eval report's records). The figures go to
@@ -13,7 +17,8 @@ benchmarks/models/<name>.json with the commit and the settings.
 
     .venv/bin/python benchmarks/models/run.py --base-url http://127.0.0.1:8765/v1 --model qwen2.5-coder-1.5b \
         [--suite suites/chinook.yaml] [--role analyst] [--case ID ...] [--tag TAG ...] [--limit N] \
-        [--format plan|sql] [--examples N] [--answerability-check on|off] [--systems engine,direct] [--name NAME]
+        [--format plan|sql] [--examples N] [--answerability-check on|off] [--systems engine,direct,direct_ddl]
+        [--name NAME]
 
 Nothing in the tests or CI runs it: it needs a model server (see docs/models.md for the one used here).
 """
@@ -42,7 +47,7 @@ from nl2sql.evaluation.suite import EvalCase, load_suite
 from nl2sql.index.service import IndexService
 from nl2sql.llm.client import LLMClient
 from nl2sql.llm.models import Message
-from nl2sql.pipeline.prompts import CANNOT_ANSWER_WORDS, sql_answer
+from nl2sql.pipeline.prompts import CANNOT_ANSWER_WORDS, sql_answer, sql_planner_messages
 from nl2sql.policies import scope
 from nl2sql.project import load_project
 
@@ -71,22 +76,24 @@ def main() -> None:
                                "cases": [c.id for c in cases], "settings": _settings(args), "systems": {}}
         target = HERE / f"{args.name}.json"
         for system in args.systems.split(","):
-            if system not in ("engine", "direct"):
-                raise SystemExit(f"unknown system {system!r}: use engine and/or direct")
+            if system not in ("engine", "direct", "direct_ddl"):
+                raise SystemExit(f"unknown system {system!r}: use engine, direct and/or direct_ddl")
             started, records = time.monotonic(), []
             # in batches, the file rewritten after each: a long run stopped early keeps what it measured
             for i in range(0, len(cases), args.batch):
                 batch = cases[i:i + args.batch]
                 records += (_engine(config_path, llm_path, suite_path, batch, args) if system == "engine"
-                            else _direct(config_path, batch, args))
+                            else _direct(config_path, batch, args, ddl=system == "direct_ddl"))
                 out["systems"][system] = {"figures": _figures(records, time.monotonic() - started),
                                           "complete": i + args.batch >= len(cases), "records": records}
                 _write(target, out)
             _print(system, out["systems"][system]["figures"])
-    if {"engine", "direct"} <= set(out["systems"]):
-        engine, direct = (out["systems"][s]["figures"]["strict"] for s in ("engine", "direct"))
-        out["engine_minus_direct_points"] = round(100 * (engine - direct), 1)
-        print(f"engine − direct: {out['engine_minus_direct_points']:+.1f} points")
+    baselines = [s for s in ("direct", "direct_ddl") if s in out["systems"]]
+    if "engine" in out["systems"] and baselines:
+        engine = out["systems"]["engine"]["figures"]["strict"]
+        best = max(out["systems"][s]["figures"]["strict"] for s in baselines)  # the stronger baseline
+        out["engine_minus_direct_points"] = round(100 * (engine - best), 1)
+        print(f"engine − best direct: {out['engine_minus_direct_points']:+.1f} points")
         _write(target, out)
     print(f"wrote {target.relative_to(ROOT)}")
 
@@ -114,10 +121,12 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--format", choices=("plan", "sql"), default=None, help="settings.pipeline.planner.format "
                         "(default: the project's).")
     parser.add_argument("--examples", type=int, default=None, help="settings.pipeline.planner.examples.")
+    parser.add_argument("--examples-from", default=None, help="A suite whose cases are the planner's worked examples "
+                        "(eval run --examples), e.g. benchmarks/models/dev_questions.yaml; default: none.")
     parser.add_argument("--answerability-check", choices=("on", "off"), default=None)
     parser.add_argument("--synthesizer", choices=("on", "off"), default="off", help="Also have the model write the "
                         "answer's prose (not scored by strict; off keeps a local server's prompt cache on the planner).")
-    parser.add_argument("--systems", default="engine,direct")
+    parser.add_argument("--systems", default="engine,direct,direct_ddl")
     parser.add_argument("--batch", type=int, default=8, help="Cases per eval run (the output is written after each).")
     parser.add_argument("--project", help="A demo project already indexed (default: a fresh one).")
     parser.add_argument("--name", default="latest", help="Output: benchmarks/models/NAME.json")
@@ -125,7 +134,8 @@ def _args() -> argparse.Namespace:
 
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
-    return {"format": args.format, "examples": args.examples, "answerability_check": args.answerability_check,
+    return {"format": args.format, "examples": args.examples, "examples_from": args.examples_from,
+            "answerability_check": args.answerability_check,
             "structured_output": args.structured_output, "timeout_s": args.timeout_s, "max_tokens": args.max_tokens,
             "run_timeout_s": args.run_timeout_s, "synthesizer": args.synthesizer}
 
@@ -176,6 +186,8 @@ def _engine(config: Path, llm: Path, suite: Path, cases: list[EvalCase], args: a
         command += ["--role", args.role]
     for case in cases:
         command += ["--case", case.id]
+    if args.examples_from:
+        command += ["--examples", str((ROOT / args.examples_from).resolve())]
     _cli(*command, check=False)
     report = json.loads(report_path.read_text())
     board = next(iter(report["boards"].values()))
@@ -195,8 +207,11 @@ def _engine(config: Path, llm: Path, suite: Path, cases: list[EvalCase], args: a
     return records
 
 
-def _direct(config_path: Path, cases: list[EvalCase], args: argparse.Namespace) -> list[dict]:
+def _direct(config_path: Path, cases: list[EvalCase], args: argparse.Namespace, *, ddl: bool = False) -> list[dict]:
     config = load_project(config_path)
+    whole = config.settings.model_copy(update={"retrieval": config.settings.retrieval.model_copy(
+        update={"whole_schema_columns": 1_000_000})})  # every readable table and column, whatever the size
+    config = config.model_copy(update={"settings": whole})
     llm = LLMConfig.model_validate(_llm_section(args))
     index = IndexService(config)
     records = []
@@ -209,8 +224,12 @@ def _direct(config_path: Path, cases: list[EvalCase], args: argparse.Namespace) 
             assert live is not None and live.snapshot is not None, f"{ds} has no index build"
             dialect = live.snapshot.dialect
             tables = [t for t in live.snapshot.tables if caller.allows(t.name, t.schema_name)]
-            messages = [Message("system", DIRECT_SYSTEM.format(dialect=dialect)),
-                        Message("user", f"Tables:\n{_schema_text(tables)}\n\nQuestion: {case.question}")]
+            if ddl:
+                schema = index.retrieve_schema(case.question, [role], ds).render_ddl(dialect)
+                messages = sql_planner_messages(case.question, schema, dialect)
+            else:
+                messages = [Message("system", DIRECT_SYSTEM.format(dialect=dialect)),
+                            Message("user", f"Tables:\n{_schema_text(tables)}\n\nQuestion: {case.question}")]
             started = time.monotonic()
             got, code, sql, rows = "error", None, "", None
             try:

@@ -39,6 +39,9 @@ def eval_run_command(
     = None,
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="Only the first N selected cases, in suite "
                                               "order.")] = None,
+    examples: Annotated[Path | None, typer.Option("--examples", help="Mode full: another suite whose cases (question "
+                                                  "and SQL) are the planner's worked examples; none of them may ask "
+                                                  "a question of the suite run.")] = None,
 ) -> None:
     """Run a suite (or a slice of it: --case, --tag, --limit); exit 0 ok, 1 a regression (or, in mode plans, a
     failing run), 2 usage or series break, 3 the dollar cap stopped the run."""
@@ -66,6 +69,11 @@ def eval_run_command(
     # every problem before any case runs: the suite, the selection, the model configs
     loaded = checked_suite(suite, cfg, reflect=True, block_loader=block_loader)
     select_cases(loaded, ids=case, tags=tag, limit=limit)
+    if examples is not None:
+        from nl2sql.evaluation.run import worked_examples_from
+
+        checked_suite(examples, cfg, reflect=True, block_loader=block_loader)
+        worked_examples_from(examples, loaded, mode)  # type: ignore[arg-type]
     if llm and mode != "full":
         raise typer.BadParameter("model configs are for mode full", param_hint="--llm")
     _check_llm_specs(llm or [])
@@ -77,7 +85,8 @@ def eval_run_command(
 
     with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
         report = eval_run(mode, str(suite.resolve()), config=str(path), roles=role, llm=llm, passes=passes,
-                          max_cost_usd=max_cost, ids=case, tags=tag, limit=limit)
+                          max_cost_usd=max_cost, ids=case, tags=tag, limit=limit,
+                          examples=str(examples.resolve()) if examples else None)
         drain_prefect()
     if out:
         out.write_text(json.dumps(report, indent=2) + "\n")

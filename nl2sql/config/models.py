@@ -364,6 +364,8 @@ class CuratedSettings(Strict):
 
     min_similarity: float = Field(default=0.9, ge=0, le=1, description="Least similarity of question and "
                                   "verified question (parameters filled in) for the verified SQL to answer.")
+    answer: bool = Field(default=True, description="Verified queries answer the questions they match; false: they "
+                         "only serve as the planner's worked examples (settings.pipeline.planner.examples).")
 
 
 class ApprovalSettings(Strict):
@@ -385,6 +387,10 @@ class ProfileSettings(Strict):
     low_cardinality: int = Field(default=50, ge=0)
 
 
+#: A column the engine adds to a model's plan (nl2sql.plan.shape).
+AnswerColumn = Literal["measure", "key"]
+
+
 class PlannerSettings(Strict):
     """How the planner model writes a sub-query's plan."""
 
@@ -395,6 +401,10 @@ class PlannerSettings(Strict):
     examples: int = Field(default=3, ge=0, le=10, description="Worked examples in the planner's prompt: the verified "
                           "queries of the sub-query's datasource the caller may read (those without parameters), "
                           "nearest to the question first, as plans or SQL in the format; 0 shows none.")
+    answer_columns: list[AnswerColumn] = Field(
+        default_factory=lambda: ["measure", "key"], description="Columns added to a model's plan that the answer "
+        "needs to be read (nl2sql.plan.shape): 'measure', what a ranking ranks by and the aggregate a HAVING filters "
+        "on; 'key', the key of the table whose rows a plain list returns. [] keeps the plan as written.")
 
 
 class PipelineSettings(Strict):

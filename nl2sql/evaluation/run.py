@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from nl2sql.config.models import Config, LLMConfig, ModelConfig, PriceConfig
+from nl2sql.config.models import Config, LLMConfig, ModelConfig, PriceConfig, VerifiedQueryConfig
 from nl2sql.errors import ConfigError, ConfigProblem, EngineFault, NL2SQLError, did_you_mean
 from nl2sql.evaluation.gold_llm import GoldModel
 from nl2sql.evaluation.report import REPAIR_SUFFIX, CaseRecord, build_report
@@ -74,13 +74,19 @@ def eval_jobs(cases: Sequence[EvalCase], mode: Mode, *, roles: Sequence[str] | N
     return jobs
 
 
-def eval_config(config: Config, llm: LLMConfig | None = None) -> Config:
+def eval_config(config: Config, llm: LLMConfig | None = None,
+                examples: Sequence[EvalCase] = ()) -> Config:
     """The project's configuration as an eval runs it: no verified answers, no plan cache, no hooks, no
-    observers, and every row of a result kept for scoring."""
+    observers, and every row of a result kept for scoring. The project's verified queries are dropped (a suite's
+    questions may be among them); `examples`, cases of another suite, take their place as the planner's worked
+    examples only (`curated.answer` off: they never answer)."""
     pipeline = config.settings.pipeline.model_copy(update={"plan_cache": False,
                                                            "preview_rows": config.settings.pipeline.row_limit})
-    settings = config.settings.model_copy(update={"pipeline": pipeline})
-    datasources = [ds.model_copy(update={"verified_queries": []}) for ds in config.datasources]
+    curated = config.settings.curated.model_copy(update={"answer": False}) if examples else config.settings.curated
+    settings = config.settings.model_copy(update={"pipeline": pipeline, "curated": curated})
+    datasources = [ds.model_copy(update={"verified_queries": [
+        VerifiedQueryConfig(question=c.question, sql=c.sql) for c in examples if c.datasources[0] == ds.id and c.sql
+    ]}) for ds in config.datasources]
     update: dict[str, Any] = {"settings": settings, "datasources": datasources, "hooks": [], "observers": []}
     if llm is not None:
         update["llm"] = llm
@@ -189,7 +195,7 @@ class EvalSession:
 
     def __init__(self, mode: Mode, config: Config, cases: Sequence[EvalCase], *,
                  llm: dict[str, LLMConfig] | None = None, max_cost_usd: float | None = None,
-                 block_loader: Callable[[str], str] | None = None) -> None:
+                 block_loader: Callable[[str], str] | None = None, examples: Sequence[EvalCase] = ()) -> None:
         from nl2sql.pipeline import Runtime
 
         self.mode = mode
@@ -206,7 +212,7 @@ class EvalSession:
             configs = llm or {"default": config.llm}
             check_prices(configs)
             for name, llm_config in configs.items():
-                self.runtimes[name] = Runtime(eval_config(config, llm_config), observers=[],
+                self.runtimes[name] = Runtime(eval_config(config, llm_config, examples), observers=[],
                                               block_loader=block_loader)
         elif mode == "plans":
             self.gold = FakeLLMServer().start()
@@ -431,18 +437,41 @@ def run_in_order(session: EvalSession, jobs: Sequence[EvalJob], run_job: JobRunn
     return records
 
 
+def worked_examples_from(path: str | Path, suite: EvalSuite, mode: Mode) -> list[EvalCase]:
+    """The approved cases of the suite at `path` with SQL, as the planner's worked examples in mode full; refused
+    (ConfigError) in another mode, or when one asks a question of the suite being run: a suite measures only what
+    the engine has not seen."""
+    from nl2sql.evaluation.suite import load_suite
+
+    if mode != "full":
+        raise ConfigError([ConfigProblem("--examples", "--examples", "worked examples are for mode full",
+                                         "leave --examples out")])
+    examples = [c for c in load_suite(Path(path)).select() if c.sql and c.kind == "answer"]
+    asked = {" ".join(c.question.lower().split()) for c in suite.cases}
+    seen = [c.id for c in examples if " ".join(c.question.lower().split()) in asked]
+    if seen:
+        named = ", ".join(seen[:5]) + (f" and {len(seen) - 5} more" if len(seen) > 5 else "")
+        raise ConfigError([ConfigProblem(str(path), "cases", f"{named} ask a question of the suite run",
+                                         "take the suite's own questions out of the examples")])
+    return examples
+
+
 def evaluate(mode: Mode, config: Config, suite_path: str, *, roles: Sequence[str] | None = None,
              llm: dict[str, LLMConfig] | None = None, passes: int = 1, max_cost_usd: float | None = None,
              ids: Sequence[str] | None = None, tags: Sequence[str] | None = None, limit: int | None = None,
-             run_job: JobRunner = run_here, block_loader: Callable[[str], str] | None = None) -> Any:
-    """Run a suite in a mode and report it (an EvalReport); `ids`, `tags` and `limit` slice it (select_cases)."""
+             run_job: JobRunner = run_here, block_loader: Callable[[str], str] | None = None,
+             examples: str | None = None) -> Any:
+    """Run a suite in a mode and report it (an EvalReport); `ids`, `tags` and `limit` slice it (select_cases);
+    `examples`, another suite's file, gives the planner worked examples in mode full (worked_examples_from)."""
     from nl2sql.evaluation.suite import checked_suite, suite_digest
 
     path = Path(suite_path)
     suite = checked_suite(path, config)
     cases = select_cases(suite, ids=ids, tags=tags, limit=limit)
     selection = selection_of(ids, tags, limit, cases, len(suite.select()))
-    session = EvalSession(mode, config, cases, llm=llm, max_cost_usd=max_cost_usd, block_loader=block_loader)
+    shown = worked_examples_from(examples, suite, mode) if examples else []
+    session = EvalSession(mode, config, cases, llm=llm, max_cost_usd=max_cost_usd, block_loader=block_loader,
+                          examples=shown)
     try:
         configs = list(session.runtimes)
         jobs = eval_jobs(cases, mode, roles=roles, configs=configs, passes=passes)
@@ -457,7 +486,9 @@ def evaluate(mode: Mode, config: Config, suite_path: str, *, roles: Sequence[str
     retrieval = config.settings.retrieval
     settings = {"passes": passes, "roles": list(roles) if roles else None, "models": models,
                 "retrieval": retrieval.model_dump(), "routing": config.settings.routing.model_dump(),
-                "max_cost_usd": max_cost_usd}
+                "max_cost_usd": max_cost_usd,
+                "examples": {"suite": Path(examples).name, "digest": suite_digest(Path(examples)),
+                             "cases": len(shown)} if examples else None}
     return build_report(mode, suite={"name": path.name, "path": str(path), "digest": suite_digest(path),
                                      "cases": len(cases), "selection": selection},
                         database=database_identity(config, cases), settings=settings, records=records,

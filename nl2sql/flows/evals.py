@@ -42,14 +42,15 @@ def without_details(report: EvalReport) -> EvalReport:
 @flow(name="eval-run", flow_run_name=_run_name, log_prints=False)
 def eval_run(mode: str, suite: str, config: str | None = None, roles: list[str] | None = None,
              llm: list[str] | None = None, passes: int = 1, max_cost_usd: float | None = None,
-             ids: list[str] | None = None, tags: list[str] | None = None, limit: int | None = None) -> dict[str, Any]:
+             ids: list[str] | None = None, tags: list[str] | None = None, limit: int | None = None,
+             examples: str | None = None) -> dict[str, Any]:
     """Run an eval suite in a mode (plans, retrieval, full) and report it."""
     guard_prefect_logs()
     cfg = load_project(config_path(config))
     configs = dict(load_llm(spec) for spec in llm) if llm else None
     report = evaluate(mode, cfg, suite, roles=roles, llm=configs, passes=passes,  # type: ignore[arg-type]
                       max_cost_usd=max_cost_usd, ids=ids, tags=tags, limit=limit, run_job=run_as_task,
-                      block_loader=load_datasource_url)
+                      block_loader=load_datasource_url, examples=examples)
     shown = report if cfg.settings.prefect.artifact_rows else without_details(report)
     create_markdown_artifact(shown.markdown(), key=f"eval-{mode}", description="The eval's boards")
     failures = [{"config": b.config, **f} for b in shown.boards.values() for f in b.failures]

@@ -545,6 +545,56 @@ class RetrievedSchema:
         """The tables sent."""
         return [t.name for t in self.tables]
 
+    def render_ddl(self, dialect: str) -> str:
+        """The tables as CREATE TABLE statements in the dialect (names quoted where it needs), with keys,
+        references, and sample values of filterable columns as comments: the form models trained on SQL read.
+
+        >>> schema = RetrievedSchema("shop", [RetrievedTable("order lines", 1.0, [
+        ...     RetrievedColumn("id", "INTEGER", False, True),
+        ...     RetrievedColumn("status", "TEXT", True, False, samples=["open", "shipped"]),
+        ...     RetrievedColumn("order_id", "INTEGER", False, False, references="orders.id")], 3, 10)], [])
+        >>> print(schema.render_ddl("sqlite"))
+        CREATE TABLE "order lines" (
+          id INTEGER PRIMARY KEY,
+          status TEXT,  -- e.g. 'open', 'shipped'
+          order_id INTEGER REFERENCES orders(id)
+        );
+        """
+        from sqlglot import exp
+
+        from nl2sql.datasources.guard import sqlglot_dialect
+
+        target = sqlglot_dialect(dialect)
+
+        def name(text: str) -> str:
+            return exp.to_identifier(text).sql(dialect=target)
+
+        statements = []
+        for table in self.tables:
+            keys = [c.name for c in table.columns if c.primary_key]
+            lines = []
+            for c in table.columns:
+                line = f"  {name(c.name)} {c.type or ''}".rstrip()
+                if c.primary_key and len(keys) == 1:
+                    line += " PRIMARY KEY"
+                if c.references:
+                    ref_table, ref_column = c.references.rsplit(".", 1)
+                    line += f" REFERENCES {exp.to_table(ref_table).sql(dialect=target)}({name(ref_column)})"
+                lines.append([line, c])
+            if len(keys) > 1:
+                lines.append([f"  PRIMARY KEY ({', '.join(name(k) for k in keys)})", None])
+            body = []
+            for i, (line, column) in enumerate(lines):
+                line += "," if i < len(lines) - 1 else ""
+                if column is not None and column.samples:
+                    line += "  -- e.g. " + ", ".join(repr(v) for v in column.samples[:6])
+                body.append(line)
+            more = (f"  -- and {table.total_columns - len(table.columns)} more columns\n"
+                    if len(table.columns) < table.total_columns else "")
+            statements.append(f"CREATE TABLE {exp.to_table(table.name).sql(dialect=target)} (\n"
+                              + "\n".join(body) + f"\n{more});")
+        return "\n".join(statements)
+
     def render(self) -> str:
         """A compact text for prompts and the CLI."""
         lines = []

@@ -233,16 +233,16 @@ Only when no table below holds what the question asks about (it is not about thi
 REFINER_SYSTEM = _PLAN_RULES + _PLAN_LANGUAGE + """
 Your previous plan failed. Read the errors and return a corrected plan."""
 
-_SQL_RULES = """You write one SQL SELECT statement that answers the question from the tables below.
-Use only the tables and columns listed, with their exact names. Dialect: {dialect}.
+# short: rules about aliases and qualified columns made a small model join tables the question does not need
+_SQL_RULES = """You write one {dialect} SELECT statement that answers the question from the tables given as CREATE TABLE
+statements. Use only those tables and columns, with their exact names.
 Answer with the statement only: no JSON, no comments, no explanation.
-Give each output column a short snake_case alias; return the expected columns when they are listed.
-Give each table an alias and qualify every column with it. Join with JOIN … ON key pairs.
-Break ties in ordering on a key column. Use a LIMIT only when the question asks for a number of rows."""
+Return the expected columns when they are listed. Break ties in ordering on a key column.
+Use a LIMIT only when the question asks for a number of rows."""
 
 # plain text, not JSON: a small model writes SQL as it was trained to, and no grammar slows its decoding
 SQL_PLANNER_SYSTEM = _SQL_RULES + f"""
-Only when no table below holds what the question asks about (it is not about this data), answer
+Only when no table given holds what the question asks about (it is not about this data), answer
 {CANNOT_ANSWER_WORDS} instead."""
 
 SQL_REFINER_SYSTEM = _SQL_RULES + """
@@ -299,19 +299,32 @@ def refiner_messages(question: str, schema_text: str, dialect: str, plan: dict[s
                             f"Previous plan: {previous}\n\nErrors:\n" + "\n".join(f"- {e}" for e in errors))]
 
 
-def sql_planner_messages(question: str, schema_text: str, dialect: str, expected: Sequence[str] = (),
+#: how a dialect is named to a model
+DIALECT_NAMES = {"sqlite": "SQLite", "duckdb": "DuckDB", "postgresql": "PostgreSQL", "postgres": "PostgreSQL"}
+
+
+def _tables_then_question(schema_ddl: str, dialect: str, question: str, expected: Sequence[str]) -> str:
+    """The `sql` format's user message: the tables as DDL, then the question (the form SQL models are trained on)."""
+    return (f"{schema_ddl}\n\n-- Using valid {DIALECT_NAMES.get(dialect, dialect)}, answer the following question "
+            f"for the tables provided above.\nQuestion: {question}{_expected(expected)}")
+
+
+def sql_planner_messages(question: str, schema_ddl: str, dialect: str, expected: Sequence[str] = (),
                          examples: Sequence[tuple[str, str]] = ()) -> list[Message]:
-    """Messages for the planner in the `sql` format (with worked examples: (question, SQL) pairs)."""
-    return [Message("system", SQL_PLANNER_SYSTEM.format(dialect=dialect) + _examples(examples, "SQL")),
-            Message("user", f"Tables:\n{schema_text}\n\nQuestion: {question}{_expected(expected)}")]
+    """Messages for the planner in the `sql` format: the tables as CREATE TABLE statements (`render_ddl`), with
+    worked examples as (question, SQL) pairs."""
+    name = DIALECT_NAMES.get(dialect, dialect)
+    return [Message("system", SQL_PLANNER_SYSTEM.format(dialect=name) + _examples(examples, "SQL")),
+            Message("user", _tables_then_question(schema_ddl, dialect, question, expected))]
 
 
-def sql_refiner_messages(question: str, schema_text: str, dialect: str, sql: str | None, errors: Sequence[str],
+def sql_refiner_messages(question: str, schema_ddl: str, dialect: str, sql: str | None, errors: Sequence[str],
                          expected: Sequence[str] = ()) -> list[Message]:
     """Messages for the refiner in the `sql` format: the failed statement and its errors."""
-    return [Message("system", SQL_REFINER_SYSTEM.format(dialect=dialect)),
-            Message("user", f"Tables:\n{schema_text}\n\nQuestion: {question}{_expected(expected)}\n\n"
-                            f"Previous statement: {sql or '(none)'}\n\nErrors:\n" + "\n".join(f"- {e}" for e in errors))]
+    name = DIALECT_NAMES.get(dialect, dialect)
+    return [Message("system", SQL_REFINER_SYSTEM.format(dialect=name)),
+            Message("user", _tables_then_question(schema_ddl, dialect, question, expected) + "\n\n"
+                    f"Previous statement: {sql or '(none)'}\n\nErrors:\n" + "\n".join(f"- {e}" for e in errors))]
 
 
 def synthesizer_messages(question: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], total_rows: int,

@@ -11,6 +11,7 @@ from typing import Any
 
 from nl2sql.aggregate import CombineSpec, Frame, JoinKeyPair, combine
 from nl2sql.datasources.checked import run_checked_sql
+from nl2sql.datasources.models import SchemaSnapshot
 from nl2sql.errors import (
     IndexNotBuilt,
     NL2SQLError,
@@ -23,9 +24,10 @@ from nl2sql.pipeline import prompts
 from nl2sql.pipeline.result import RunWarning
 from nl2sql.pipeline.runtime import RunContext
 from nl2sql.pipeline.state import ExpectedColumn, RunState, SubQuery
-from nl2sql.plan import PlanModel, generate_sql, plan_from_sql, validate_plan
+from nl2sql.plan import PlanModel, ValidatedPlan, generate_sql, plan_from_sql, validate_plan
 from nl2sql.plan.join_keys import Dtype, value_dtype
-from nl2sql.policies import reachable_datasources, scope
+from nl2sql.plan.shape import shape_answer
+from nl2sql.policies import Scope, reachable_datasources, scope
 from nl2sql.verified.match import match_verified
 
 # --- before the sub-queries -----------------------------------------------------------------------
@@ -38,7 +40,10 @@ def _reachable(ctx: RunContext, state: RunState) -> list[str]:
 
 def match_curated(ctx: RunContext, state: RunState) -> None:
     """Answer from a verified query the caller may run when one matches the question; refuse (the generic
-    sentence, nothing of the query) when the closest is one over a table the caller may not read."""
+    sentence, nothing of the query) when the closest is one over a table the caller may not read; nothing when
+    verified queries only teach the planner (`settings.curated.answer` false)."""
+    if not ctx.config.settings.curated.answer:
+        return
     ids = [state.datasource_id] if state.datasource_id else [d.id for d in ctx.config.datasources]
     runtime = ctx.runtime
     readable, denied = runtime.verified.split(state.roles, ids)
@@ -200,8 +205,8 @@ def plan_sub_query(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     expected = [c.name for c in sq.expected_columns]
     examples = worked_examples(ctx, state, sq)
     if _writes_sql(ctx):
-        messages = prompts.sql_planner_messages(sq.question, sq.retrieved.render(), _dialect(ctx, sq), expected,
-                                                examples)
+        messages = prompts.sql_planner_messages(sq.question, sq.retrieved.render_ddl(_dialect(ctx, sq)),
+                                                _dialect(ctx, sq), expected, examples)
         sq.prompt_chars["planner"] = sum(len(m.content) for m in messages)
         sq.plan_source = "planner"
         written = prompts.sql_answer(ctx.llm.text("planner", messages))
@@ -273,12 +278,33 @@ def validate(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
         raise IndexNotBuilt(f"Datasource {sq.datasource_id} has no index build.", fix="Run `nl2sql index build`.",
                             node="validator")
     assert sq.plan is not None
-    validated = validate_plan(sq.plan, live.snapshot, scope(ctx.config.policies, state.roles, sq.datasource_id))
-    sq.plan, sq.schemas = validated.plan, validated.schemas
+    caller = scope(ctx.config.policies, state.roles, sq.datasource_id)
+    validated = validate_plan(sq.plan, live.snapshot, caller)
     for repair in validated.repairs:
         state.warnings.append(RunWarning(code="PLAN_REPAIRED", sub_query_id=sq.id, message=repair.message,
                                          detail={"repair": repair.code, "at": repair.path}))
+    if sq.plan_source == "planner":  # a model's plan; a verified, cached or resumed one stays as it was
+        validated = _with_answer_columns(ctx, state, sq, validated, live.snapshot, caller)
+    sq.plan, sq.schemas = validated.plan, validated.schemas
     sq.tables = [t.name for t in validated.tables]
+
+
+def _with_answer_columns(ctx: RunContext, state: RunState, sq: SubQuery, validated: ValidatedPlan,
+                         snapshot: SchemaSnapshot, caller: Scope) -> ValidatedPlan:
+    """The validated plan with the columns its answer needs (`planner.answer_columns`), validated again; the plan
+    as it was when the added columns do not validate."""
+    rules = ctx.config.settings.pipeline.planner.answer_columns
+    shaped, added = shape_answer(validated.plan, {t.name: t for t in validated.tables}, rules)
+    if not added:
+        return validated
+    try:
+        reshaped = validate_plan(shaped, snapshot, caller)
+    except NL2SQLError:
+        return validated
+    state.warnings.append(RunWarning(code="COLUMNS_ADDED", sub_query_id=sq.id, message="Added to the answer: "
+                                     f"{', '.join(added)} (settings.pipeline.planner.answer_columns).",
+                                     detail={"columns": added}))
+    return reshaped
 
 
 def generate(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
@@ -345,7 +371,8 @@ def refine_sql(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     assert sq.error is not None and sq.retrieved is not None
     if sq.written_sql:
         sq.tried_plans.add(_sql_key(sq.written_sql))
-    messages = prompts.sql_refiner_messages(sq.question, sq.retrieved.render(), _dialect(ctx, sq), sq.written_sql,
+    messages = prompts.sql_refiner_messages(sq.question, sq.retrieved.render_ddl(_dialect(ctx, sq)), _dialect(ctx, sq),
+                                            sq.written_sql,
                                             [f"{sq.error.code}: {sq.error.message}"],
                                             [c.name for c in sq.expected_columns])
     sq.prompt_chars["refiner"] = sq.prompt_chars.get("refiner", 0) + sum(len(m.content) for m in messages)

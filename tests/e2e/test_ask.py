@@ -423,6 +423,20 @@ def test_the_sql_format_refuses_a_denied_table_with_the_generic_sentence(project
     assert not result.sub_queries or not result.sub_queries[0].sql
 
 
+def test_a_denied_table_and_a_missing_one_read_alike(project: Config, model: ModelScript) -> None:
+    """What the analyst gets for a statement over Employee (denied) and over a table that does not exist."""
+    seen = []
+    for table in ("Employee", "Salaries"):
+        question = f"Which staff members are listed ({table})?"
+        answer_sql(model, "planner", {question: f"SELECT LastName FROM {table}"})
+        before = model.fake.calls()
+        result = ask(project, question, "analyst", settings=SQL_FORMAT)
+        seen.append(([(e.code, e.message, e.fix) for e in result.errors], result.status,
+                     model.fake.calls() - before, [w.code for w in result.warnings]))
+    assert seen[0] == seen[1] and seen[0][0] == [("SECURITY_VIOLATION", GENERIC_REFUSAL, None)]
+    assert not sql_requests(model, "sql_refiner")  # refused at once: no round that could differ
+
+
 def test_the_sql_format_stops_when_the_refiner_repeats_a_statement(project: Config, model: ModelScript) -> None:
     question = "Show genres and media types together."
     statement = "SELECT Name FROM Genre UNION SELECT Name FROM MediaType"
@@ -460,6 +474,18 @@ def test_worked_examples_can_be_turned_off_and_follow_the_sql_format(project: Co
     ask(project, question, "viewer", settings=SQL_FORMAT)
     shown = sql_requests(model, "sql_planner")[-1]["messages"][0]["content"]
     assert "Answered before on this database:" in shown and "SQL: SELECT" in shown
+
+
+def test_verified_queries_may_only_teach_the_planner(project: Config, model: ModelScript) -> None:
+    question = "How many tracks are there in each genre?"  # a verified query of the demo
+    teaching = project.model_copy(update={"settings": project.settings.model_copy(update={
+        "curated": project.settings.curated.model_copy(update={"answer": False})})})
+    answer_sql(model, "planner", {question: "SELECT g.Name, COUNT(*) FROM Genre g JOIN Track t ON t.GenreId = g.GenreId "
+                                            "GROUP BY g.Name"})
+    result = ask(teaching, question, "viewer", settings=SQL_FORMAT)
+    assert result.status == "success" and result.sub_queries[0].source == "planner"
+    shown = sql_requests(model, "sql_planner")[-1]["messages"][0]["content"]
+    assert f"- Asked: {question}" in shown  # its own verified query, as a worked example
 
 
 # --- which datasources: routing's evidence decides, the model check only narrows -----------------------------
@@ -533,3 +559,20 @@ def test_the_planners_table_names_are_an_enum_of_the_tables_it_was_shown(project
 def asked_tables(body: dict) -> str:
     """The user message that shows the planner its tables."""
     return next(m["content"] for m in body["messages"] if m["role"] == "user")
+
+
+def test_a_models_list_gets_its_key_and_a_ranking_its_measure(project: Config, model: ModelScript) -> None:
+    listed, ranked = "Which tracks are called Symphony something?", "Which composer wrote the most songs?"
+    answer_sql(model, "planner", {listed: "SELECT Name FROM Track WHERE Name LIKE 'Symphony%'",
+                                  ranked: "SELECT Composer FROM Track GROUP BY Composer ORDER BY COUNT(*) DESC LIMIT 1"})
+    result = ask(project, listed, "viewer", settings=SQL_FORMAT)
+    assert result.status == "success", result.errors
+    assert result.sub_queries[0].columns == ["track_id", "Name"] and result.sub_queries[0].total_rows == 8
+    assert [w.code for w in result.warnings] == ["COLUMNS_ADDED"] and "track_id" in result.warnings[0].message
+    result = ask(project, ranked, "viewer", settings=SQL_FORMAT)
+    # the count says why the "composer" is NULL: 978 tracks have none recorded
+    assert result.sub_queries[0].columns == ["Composer", "count"] and result.sub_queries[0].rows == [[None, 978]]
+    # as written, with the rules off
+    result = ask(project, listed, "viewer", settings={
+        "plan_cache": False, "planner": PlannerSettings(format="sql", answer_columns=[])})
+    assert result.sub_queries[0].columns == ["Name"] and not result.warnings

@@ -68,6 +68,10 @@ def demo(demo_dir: Path) -> str:
     (["ask", "How many tracks are there?", "--role", "nosuch"], 2),
     (["ask", "How many tracks are there?", "--datasource", "nosuch"], 2),
     (["eval", "run", "--mode", "nosuch"], 2),
+    (["eval", "run", "--mode", "plans", "--suite", str(CHINOOK_SUITE), "--examples",
+      str(CHINOOK_SUITE.parents[1] / "benchmarks" / "models" / "dev_questions.yaml")], 2),  # examples: mode full
+    (["eval", "run", "--mode", "full", "--max-cost", "1", "--suite", str(CHINOOK_SUITE), "--examples",
+      str(CHINOOK_SUITE)], 2),  # a suite's own cases are never its examples
 ])
 def test_exit_codes_of_commands_without_a_flow(demo: str, args: list[str], code: int) -> None:
     proc = nl2sql("-c", demo, *args)

@@ -107,7 +107,7 @@ def asked(body: Mapping[str, Any]) -> str:
 def text_kind(body: Mapping[str, Any]) -> str:
     """Which node a plain-text request is from: `sql_planner`, `sql_refiner` or `synthesizer`."""
     system = next((m["content"] for m in body["messages"] if m["role"] == "system"), "")
-    if system.startswith(SQL_REFINER_SYSTEM.split("\n")[0]):
+    if system.startswith(SQL_REFINER_SYSTEM.split("{dialect}")[0]) and "SELECT statement" in system.split("\n")[0]:
         return "sql_refiner" if "Your previous statement failed" in system else "sql_planner"
     return "synthesizer"
 

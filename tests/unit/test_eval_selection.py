@@ -185,3 +185,38 @@ def test_a_sliced_run_is_gated_on_the_cases_it_ran_and_never_recorded() -> None:
     with pytest.raises(ConfigError, match="a sliced run"):
         check_recordable(gate_report({"c1": True}, sliced), "r.json")
     check_recordable(baseline, "r.json")
+
+
+# --- worked examples from another suite (eval run --examples) ---------------------------------------------
+
+DEV = ROOT / "benchmarks" / "models" / "dev_questions.yaml"
+
+
+def test_another_suites_cases_are_the_planners_examples_and_never_answer(suite: EvalSuite, demo_config) -> None:
+    from nl2sql.evaluation.run import eval_config, worked_examples_from
+
+    examples = worked_examples_from(DEV, suite, "full")
+    assert examples and all(c.sql for c in examples)
+    config = eval_config(demo_config, examples=examples)
+    assert config.settings.curated.answer is False
+    chinook = next(ds for ds in config.datasources if ds.id == "chinook")
+    assert {q.question for q in chinook.verified_queries} == {c.question for c in examples
+                                                              if c.datasources == ["chinook"]}
+    # without examples: no verified query at all, and the matcher as configured
+    plain = eval_config(demo_config)
+    assert all(not ds.verified_queries for ds in plain.datasources) and plain.settings.curated.answer
+
+
+def test_examples_may_not_ask_the_suites_questions_and_are_for_mode_full(suite: EvalSuite, tmp_path: Path) -> None:
+    from nl2sql.evaluation.run import worked_examples_from
+
+    leaked = yaml.safe_load(DEV.read_text())
+    leaked["cases"][0]["question"] = "  how many tracks are in the  CATALOG? "  # chinook_001, spelt otherwise
+    path = tmp_path / "leaked.yaml"
+    path.write_text(yaml.safe_dump(leaked, sort_keys=False))
+    with pytest.raises(ConfigError) as caught:
+        worked_examples_from(path, suite, "full")
+    assert "dev_001 ask a question of the suite run" in str(caught.value)
+    with pytest.raises(ConfigError) as caught:
+        worked_examples_from(DEV, suite, "plans")
+    assert "for mode full" in str(caught.value)

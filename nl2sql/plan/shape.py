@@ -1,0 +1,162 @@
+"""The columns an answer carries: what a model's plan leaves out that the asker needs to read the answer.
+
+Two rules, each optional (`settings.pipeline.planner.answer_columns`), applied to a model's validated plan
+(never to a verified query's or a cached one's):
+
+- `measure`: a ranking shows what it ranks by, and a filter on an aggregate shows the aggregate. "Which
+  composer wrote the most tracks?" planned as `SELECT Composer … ORDER BY COUNT(*) DESC LIMIT 1` answers
+  with the count beside the name; the first ORDER BY key is shown when it is computed (an aggregate, a
+  function, arithmetic) or when the plan keeps only its first rows (LIMIT), and every aggregate HAVING
+  compares is shown. Tie-breaking keys after the first are not.
+- `key`: a list of one table's rows carries that table's key, first. Names are not keys (two playlists
+  are called "Music"): a plan without grouping, aggregates or DISTINCT that selects columns of its FROM
+  table, but not that table's one-column primary key, gets the key in front.
+
+A column is shown already when a select item computes it (or computes it inside a larger expression, or is
+the output alias it refers to); a count shows any count. The result is a new plan and the names of the
+columns added; the caller validates it again and keeps the old plan if that fails.
+
+>>> from nl2sql.plan.model import PlanModel
+>>> plan = PlanModel.model_validate({
+...     "select": [{"expr": {"kind": "column", "table": "t", "column": "Composer"}}],
+...     "from": {"table": "Track", "alias": "t"},
+...     "group_by": [{"kind": "column", "table": "t", "column": "Composer"}],
+...     "order_by": [{"expr": {"kind": "aggregate", "func": "count", "arg": None}, "direction": "desc"}],
+...     "limit": 1})
+>>> shaped, added = shape_answer(plan, {}, ("measure", "key"))
+>>> added, [item.alias for item in shaped.select]
+(['count'], [None, 'count'])
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+
+from nl2sql.config.models import AnswerColumn
+from nl2sql.datasources.models import TableInfo
+from nl2sql.plan import model as m
+
+
+def shape_answer(plan: m.PlanModel, tables: Mapping[str, TableInfo],
+                 rules: Sequence[AnswerColumn]) -> tuple[m.PlanModel, list[str]]:
+    """The plan with the columns the rules add (a copy), and the aliases of those columns (empty: unchanged)."""
+    if plan.distinct or not rules:
+        return plan, []
+    shaped = plan.model_copy(deep=True)
+    added: list[str] = []
+    if "measure" in rules:
+        for expr in _measures(shaped):
+            alias = _free_alias(_alias_for(expr), shaped)
+            shaped.select.append(m.SelectItem(expr=expr.model_copy(deep=True), alias=alias))
+            added.append(alias)
+    if "key" in rules:
+        key = _missing_key(shaped, tables)
+        if key is not None:
+            alias = _free_alias(_snake(key.column), shaped)
+            shaped.select.insert(0, m.SelectItem(expr=key, alias=alias))
+            added.append(alias)
+    return (shaped, added) if added else (plan, [])
+
+
+def _measures(plan: m.PlanModel) -> list[m.ExprNode]:
+    """The first order key and HAVING's aggregates that no select item shows, in that order, once each."""
+    grouped = bool(plan.group_by) or any(_has(item.expr, m.Aggregate) for item in plan.select)
+    wanted: list[m.ExprNode] = []
+    if plan.order_by:
+        first = plan.order_by[0].expr
+        computed = not isinstance(first, m.ColumnRef)
+        if not _is_output_alias(first, plan) and (computed or plan.limit is not None):
+            wanted.append(first)
+    if plan.having is not None:
+        wanted += [node for node in _nodes(plan.having) if isinstance(node, m.Aggregate)]
+    found: list[m.ExprNode] = []
+    for expr in wanted:
+        if isinstance(expr, m.Value | m.ScalarSubquery | m.Window):
+            continue
+        if grouped != _has(expr, m.Aggregate):  # a plain column beside aggregates could not be built
+            continue
+        if not _shown(expr, plan) and all(_key(expr) != _key(f) for f in found):
+            found.append(expr)
+    return found
+
+
+def _missing_key(plan: m.PlanModel, tables: Mapping[str, TableInfo]) -> m.ColumnRef | None:
+    """The FROM table's one-column key, when the plan lists that table's rows without it."""
+    if plan.group_by or any(_has(item.expr, m.Aggregate) for item in plan.select):
+        return None
+    info = tables.get(plan.from_.table)
+    if info is None or len(info.primary_key) != 1:
+        return None
+    name = plan.from_.name_in_scope.lower()
+    own = [item.expr for item in plan.select
+           if isinstance(item.expr, m.ColumnRef) and (item.expr.table or "").lower() == name]
+    pk = info.primary_key[0].lower()
+    if not own or any(c.column.lower() == pk for c in own):  # type: ignore[union-attr]
+        return None
+    return m.ColumnRef(table=plan.from_.name_in_scope, column=info.primary_key[0])
+
+
+def _shown(expr: m.ExprNode, plan: m.PlanModel) -> bool:
+    """Whether a select item computes `expr`, inside a larger expression or as a part of it; any count shows a
+    count."""
+    key = _key(expr)
+    for item in plan.select:
+        inside = [_key(n) for n in _nodes(item.expr)]
+        computed = not isinstance(item.expr, m.ColumnRef)  # a column inside LENGTH(column) shows no length
+        if key in inside or (computed and any(_key(n) == _key(item.expr) for n in _nodes(expr))):
+            return True
+        if _is_count(expr) and any(_is_count(n) for n in _nodes(item.expr)):
+            return True
+    return False
+
+
+def _is_count(node: m.Node) -> bool:
+    return isinstance(node, m.Aggregate) and node.func == "count" and not node.distinct
+
+
+def _is_output_alias(expr: m.ExprNode, plan: m.PlanModel) -> bool:
+    return isinstance(expr, m.ColumnRef) and expr.table is None and expr.column.lower() in {
+        (item.alias or "").lower() for item in plan.select}
+
+
+def _nodes(node: m.Node) -> Iterator[m.Node]:
+    """`node` and every node below it, not entering sub-plans."""
+    yield node
+    for name in type(node).model_fields:
+        value = getattr(node, name)
+        for child in value if isinstance(value, list) else [value]:
+            if isinstance(child, m.Node) and not isinstance(child, m.PlanModel):
+                yield from _nodes(child)
+
+
+def _has(node: m.Node, kind: type) -> bool:
+    return any(isinstance(n, kind) for n in _nodes(node))
+
+
+def _key(node: m.Node) -> str:
+    return json.dumps(node.model_dump(mode="json"), sort_keys=True).lower()
+
+
+def _alias_for(expr: m.ExprNode) -> str:
+    """A readable output name: `count`, `sum_total`, `length_title`, `milliseconds`."""
+    columns = [n.column for n in _nodes(expr) if isinstance(n, m.ColumnRef)]
+    head = expr.func if isinstance(expr, m.Aggregate) else expr.name if isinstance(expr, m.Function) else ""
+    if isinstance(expr, m.Function) and expr.name == "round" and expr.args:
+        return _alias_for(expr.args[0])
+    parts = [head, *columns[:1]] if head else columns[:1] or ["measure"]
+    return _snake("_".join(parts))
+
+
+def _snake(name: str) -> str:
+    """`InvoiceDate` → `invoice_date`."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+
+
+def _free_alias(alias: str, plan: m.PlanModel) -> str:
+    taken = {(item.alias or "").lower() for item in plan.select}
+    candidate, n = alias, 2
+    while candidate.lower() in taken:
+        candidate, n = f"{alias}_{n}", n + 1
+    return candidate

@@ -1,0 +1,134 @@
+"""The columns an answer carries (nl2sql.plan.shape): a ranking's measure, a list's key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nl2sql.config import Config
+from nl2sql.datasources import adapter_class
+from nl2sql.datasources.models import SchemaSnapshot
+from nl2sql.plan import PlanModel, generate_sql, validate_plan
+from nl2sql.plan.shape import shape_answer
+from nl2sql.policies import scope
+
+
+@pytest.fixture(scope="module")
+def snapshot(chinook_path: Path) -> SchemaSnapshot:
+    return adapter_class("sqlite")("chinook", f"sqlite:///{chinook_path}").reflect()
+
+
+def col(table: str | None, column: str) -> dict:
+    return {"kind": "column", "table": table, "column": column}
+
+
+def agg(func: str, arg: dict | None = None) -> dict:
+    return {"kind": "aggregate", "func": func, "arg": arg}
+
+
+def shaped(snapshot: SchemaSnapshot, demo_config: Config, select: list[dict], table: str = "Track", alias: str = "t",
+           rules: tuple[str, ...] = ("measure", "key"), **rest: Any) -> tuple[str, list[str]]:
+    """The SQL of the validated, shaped plan and the aliases added."""
+    caller = scope(demo_config.policies, "analyst", "chinook")
+    data = {"select": [{"expr": e} for e in select], "from": {"table": table, "alias": alias}, **rest}
+    validated = validate_plan(PlanModel.model_validate(data), snapshot, caller)
+    plan, added = shape_answer(validated.plan, {t.name: t for t in validated.tables}, list(rules))
+    plan = validate_plan(plan, snapshot, caller).plan  # what the engine adds always validates here
+    return generate_sql(plan, "sqlite"), added
+
+
+def test_a_ranking_shows_what_it_ranks_by(snapshot: SchemaSnapshot, demo_config: Config) -> None:
+    # "Which composer has written the most tracks?"
+    sql, added = shaped(snapshot, demo_config, [col("t", "Composer")], group_by=[col("t", "Composer")],
+                        order_by=[{"expr": agg("count"), "direction": "desc"}], limit=1)
+    assert added == ["count"]
+    assert sql.startswith("SELECT t.Composer, COUNT(*) AS count FROM Track AS t")
+
+
+def test_a_filter_on_an_aggregate_shows_the_aggregate(snapshot: SchemaSnapshot, demo_config: Config) -> None:
+    # "Which albums have more than 25 tracks?"
+    having = {"kind": "compare", "op": ">", "left": agg("count", col("t", "TrackId")),
+              "right": {"kind": "literal", "value": 25}}
+    sql, added = shaped(snapshot, demo_config, [col("a", "Title")], table="Album", alias="a",
+                        joins=[{"type": "inner", "table": {"table": "Track", "alias": "t"},
+                                "on": [{"left": col("t", "AlbumId"), "right": col("a", "AlbumId")}]}],
+                        group_by=[col("a", "AlbumId"), col("a", "Title")], having=having)
+    assert added == ["count_track_id"] and "SELECT a.Title, COUNT(t.TrackId) AS count_track_id" in sql
+
+
+def test_a_computed_order_key_is_shown_and_a_plain_one_only_with_a_limit(snapshot: SchemaSnapshot,
+                                                                        demo_config: Config) -> None:
+    length = {"kind": "function", "name": "length", "args": [col("t", "Name")]}
+    _, added = shaped(snapshot, demo_config, [col("t", "TrackId"), col("t", "Name")],
+                      order_by=[{"expr": length, "direction": "desc"}], limit=5)
+    assert added == ["length_name"]
+    # ordered by a column, all rows: an order, not a ranking
+    _, added = shaped(snapshot, demo_config, [col("t", "TrackId"), col("t", "Name")],
+                      order_by=[{"expr": col("t", "Milliseconds"), "direction": "desc"}])
+    assert added == []
+    # the ten longest: the length is what ranks them
+    _, added = shaped(snapshot, demo_config, [col("t", "TrackId"), col("t", "Name")],
+                      order_by=[{"expr": col("t", "Milliseconds"), "direction": "desc"},
+                                {"expr": col("t", "TrackId"), "direction": "asc"}], limit=10)
+    assert added == ["milliseconds"]  # the tie-breaker is not a measure
+
+
+@pytest.mark.parametrize("select, order_key", [
+    ([col("t", "Composer"), agg("count", col("t", "TrackId"))], agg("count")),  # any count shows a count
+    ([col("t", "Composer"), {"kind": "function", "name": "round", "args": [agg("avg", col("t", "Milliseconds")),
+                                                                           {"kind": "literal", "value": 1}]}],
+     agg("avg", col("t", "Milliseconds"))),  # computed inside a larger expression
+    ([col("t", "Composer"), agg("avg", col("t", "Milliseconds"))],
+     {"kind": "arithmetic", "op": "/", "left": agg("avg", col("t", "Milliseconds")),
+      "right": {"kind": "literal", "value": 60000}}),  # a part of the order key is the measure
+])
+def test_a_measure_shown_already_is_not_added_again(select: list[dict], order_key: dict, snapshot: SchemaSnapshot,
+                                                    demo_config: Config) -> None:
+    _, added = shaped(snapshot, demo_config, select, group_by=[col("t", "Composer")],
+                      order_by=[{"expr": order_key, "direction": "desc"}], limit=3)
+    assert added == []
+
+
+def test_an_output_alias_or_a_distinct_plan_is_left_alone(snapshot: SchemaSnapshot, demo_config: Config) -> None:
+    count = {"expr": agg("count"), "alias": "tracks"}
+    plan = {"select": [{"expr": col("t", "Composer")}, count], "from": {"table": "Track", "alias": "t"},
+            "group_by": [col("t", "Composer")], "order_by": [{"expr": col(None, "tracks"), "direction": "desc"}],
+            "limit": 3}
+    assert shape_answer(PlanModel.model_validate(plan), {}, ["measure", "key"])[1] == []
+    _, added = shaped(snapshot, demo_config, [col("t", "Composer")], distinct=True,
+                      order_by=[{"expr": col("t", "Milliseconds"), "direction": "desc"}], limit=3)
+    assert added == []
+
+
+def test_a_list_of_one_tables_rows_carries_its_key_first(snapshot: SchemaSnapshot, demo_config: Config) -> None:
+    # "Which tracks have a name starting with 'Symphony'?"
+    where = {"kind": "like", "expr": col("t", "Name"), "pattern": "Symphony%"}
+    sql, added = shaped(snapshot, demo_config, [col("t", "Name")], where=where)
+    assert added == ["track_id"] and sql.startswith("SELECT t.TrackId AS track_id, t.Name FROM Track AS t")
+
+
+@pytest.mark.parametrize("rest", [
+    {"group_by": [col("t", "Composer")]},  # grouped: rows are groups, not the table's rows
+    {"distinct": True},
+    {"select": [col("t", "TrackId"), col("t", "Name")]},  # the key is there
+    {"select": [col("a", "Title")], "joins": [{"type": "inner", "table": {"table": "Album", "alias": "a"},
+                                               "on": [{"left": col("a", "AlbumId"), "right": col("t", "AlbumId")}]}]},
+])
+def test_no_key_is_added_where_the_rows_are_not_a_list_of_the_from_table(rest: dict, snapshot: SchemaSnapshot,
+                                                                         demo_config: Config) -> None:
+    select = rest.pop("select", [col("t", "Composer")])
+    assert shaped(snapshot, demo_config, select, **rest)[1] == []
+
+
+def test_a_composite_key_is_not_added(snapshot: SchemaSnapshot, demo_config: Config) -> None:
+    _, added = shaped(snapshot, demo_config, [col("pt", "TrackId")], table="PlaylistTrack", alias="pt")
+    assert added == []
+
+
+def test_the_rules_are_chosen_one_by_one(snapshot: SchemaSnapshot, demo_config: Config) -> None:
+    args = dict(group_by=[col("t", "Composer")], order_by=[{"expr": agg("count"), "direction": "desc"}], limit=1)
+    assert shaped(snapshot, demo_config, [col("t", "Composer")], rules=("key",), **args)[1] == []
+    assert shaped(snapshot, demo_config, [col("t", "Name")], rules=("measure",))[1] == []
+    assert shaped(snapshot, demo_config, [col("t", "Name")], rules=())[1] == []
