@@ -387,8 +387,8 @@ class ProfileSettings(Strict):
     low_cardinality: int = Field(default=50, ge=0)
 
 
-#: A column the engine adds to a model's plan (nl2sql.plan.shape).
-AnswerColumn = Literal["measure", "key"]
+#: What the engine adds to a model's plan (nl2sql.plan.shape).
+AnswerShapeRule = Literal["measure", "key", "ties"]
 
 
 class PlannerSettings(Strict):
@@ -401,10 +401,11 @@ class PlannerSettings(Strict):
     examples: int = Field(default=3, ge=0, le=10, description="Worked examples in the planner's prompt: the verified "
                           "queries of the sub-query's datasource the caller may read (those without parameters), "
                           "nearest to the question first, as plans or SQL in the format; 0 shows none.")
-    answer_columns: list[AnswerColumn] = Field(
-        default_factory=lambda: ["measure", "key"], description="Columns added to a model's plan that the answer "
-        "needs to be read (nl2sql.plan.shape): 'measure', what a ranking ranks by and the aggregate a HAVING filters "
-        "on; 'key', the key of the table whose rows a plain list returns. [] keeps the plan as written.")
+    answer_shape: list[AnswerShapeRule] = Field(
+        default_factory=lambda: ["measure", "key", "ties"], description="What the engine adds to a model's plan "
+        "(nl2sql.plan.shape): 'measure', what a ranking ranks by and the aggregate a HAVING filters on; 'key', the "
+        "key of the table whose rows the answer lists; 'ties', a key to break ties on where a LIMIT cuts the rows. "
+        "[] keeps the plan as written.")
 
 
 class PipelineSettings(Strict):

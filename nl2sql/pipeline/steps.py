@@ -284,16 +284,16 @@ def validate(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
         state.warnings.append(RunWarning(code="PLAN_REPAIRED", sub_query_id=sq.id, message=repair.message,
                                          detail={"repair": repair.code, "at": repair.path}))
     if sq.plan_source == "planner":  # a model's plan; a verified, cached or resumed one stays as it was
-        validated = _with_answer_columns(ctx, state, sq, validated, live.snapshot, caller)
+        validated = _with_answer_shape(ctx, state, sq, validated, live.snapshot, caller)
     sq.plan, sq.schemas = validated.plan, validated.schemas
     sq.tables = [t.name for t in validated.tables]
 
 
-def _with_answer_columns(ctx: RunContext, state: RunState, sq: SubQuery, validated: ValidatedPlan,
-                         snapshot: SchemaSnapshot, caller: Scope) -> ValidatedPlan:
-    """The validated plan with the columns its answer needs (`planner.answer_columns`), validated again; the plan
-    as it was when the added columns do not validate."""
-    rules = ctx.config.settings.pipeline.planner.answer_columns
+def _with_answer_shape(ctx: RunContext, state: RunState, sq: SubQuery, validated: ValidatedPlan,
+                       snapshot: SchemaSnapshot, caller: Scope) -> ValidatedPlan:
+    """The validated plan with what its answer needs (`planner.answer_shape`: columns to read it by, a key to break
+    ties on), validated again; the plan as it was when the additions do not validate."""
+    rules = ctx.config.settings.pipeline.planner.answer_shape
     shaped, added = shape_answer(validated.plan, {t.name: t for t in validated.tables}, rules)
     if not added:
         return validated
@@ -301,9 +301,9 @@ def _with_answer_columns(ctx: RunContext, state: RunState, sq: SubQuery, validat
         reshaped = validate_plan(shaped, snapshot, caller)
     except NL2SQLError:
         return validated
-    state.warnings.append(RunWarning(code="COLUMNS_ADDED", sub_query_id=sq.id, message="Added to the answer: "
-                                     f"{', '.join(added)} (settings.pipeline.planner.answer_columns).",
-                                     detail={"columns": added}))
+    state.warnings.append(RunWarning(code="ANSWER_SHAPED", sub_query_id=sq.id, message="Added to the answer: "
+                                     f"{', '.join(added)} (settings.pipeline.planner.answer_shape).",
+                                     detail={"added": added}))
     return reshaped
 
 

@@ -1,6 +1,7 @@
-"""The columns an answer carries: what a model's plan leaves out that the asker needs to read the answer.
+"""The shape of an answer: what a model's plan leaves out that the asker needs to read the answer, and a stable
+order.
 
-Two rules, each optional (`settings.pipeline.planner.answer_columns`), applied to a model's validated plan
+Three rules, each optional (`settings.pipeline.planner.answer_shape`), applied to a model's validated plan
 (never to a verified query's or a cached one's):
 
 - `measure`: a ranking shows what it ranks by, and a filter on an aggregate shows the aggregate. "Which
@@ -9,12 +10,17 @@ Two rules, each optional (`settings.pipeline.planner.answer_columns`), applied t
   function, arithmetic) or when the plan keeps only its first rows (LIMIT), and every aggregate HAVING
   compares is shown. Tie-breaking keys after the first are not.
 - `key`: a list of one table's rows carries that table's key, first. Names are not keys (two playlists
-  are called "Music"): a plan without grouping, aggregates or DISTINCT that selects columns of its FROM
-  table, but not that table's one-column primary key, gets the key in front.
+  are called "Music"): a plan without grouping or aggregates that selects columns of its FROM table, but
+  not that table's one-column primary key, gets the key in front. A grouped plan lists groups, and gets
+  nothing: "tracks per genre" grouped by the genre's key reads by the genre's name.
+- `ties`: a ranking cut by LIMIT is the same every time. Rows that tie on the ORDER BY keys at the cut
+  would make the cut (or the order of an OFFSET's page) the database's choice: the plan's group keys,
+  or else its FROM table's one-column key, are added as the last ORDER BY keys (a LIMIT without ORDER
+  BY gets them as its order).
 
 A column is shown already when a select item computes it (or computes it inside a larger expression, or is
-the output alias it refers to); a count shows any count. The result is a new plan and the names of the
-columns added; the caller validates it again and keeps the old plan if that fails.
+the output alias it refers to); a count shows any count. The result is a new plan and what was added (the
+columns' names, `ties broken on …`); the caller validates it again and keeps the old plan if that fails.
 
 >>> from nl2sql.plan.model import PlanModel
 >>> plan = PlanModel.model_validate({
@@ -34,15 +40,16 @@ import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 
-from nl2sql.config.models import AnswerColumn
+from nl2sql.config.models import AnswerShapeRule
 from nl2sql.datasources.models import TableInfo
 from nl2sql.plan import model as m
 
 
 def shape_answer(plan: m.PlanModel, tables: Mapping[str, TableInfo],
-                 rules: Sequence[AnswerColumn]) -> tuple[m.PlanModel, list[str]]:
-    """The plan with the columns the rules add (a copy), and the aliases of those columns (empty: unchanged)."""
-    if plan.distinct or not rules:
+                 rules: Sequence[AnswerShapeRule]) -> tuple[m.PlanModel, list[str]]:
+    """The plan with what the rules add (a copy), and what they added: column names, `ties broken on …` (empty:
+    unchanged)."""
+    if plan.distinct or not rules:  # DISTINCT: an added column or order key could change the rows
         return plan, []
     shaped = plan.model_copy(deep=True)
     added: list[str] = []
@@ -57,7 +64,37 @@ def shape_answer(plan: m.PlanModel, tables: Mapping[str, TableInfo],
             alias = _free_alias(_snake(key.column), shaped)
             shaped.select.insert(0, m.SelectItem(expr=key, alias=alias))
             added.append(alias)
+    if "ties" in rules:
+        for expr in _tie_breakers(shaped, tables):
+            shaped.order_by.append(m.OrderItem(expr=expr, direction="asc"))
+            added.append(f"ties broken on {_describe(expr)}")
     return (shaped, added) if added else (plan, [])
+
+
+def _tie_breakers(plan: m.PlanModel, tables: Mapping[str, TableInfo]) -> list[m.ExprNode]:
+    """The keys a LIMIT's cut needs after the plan's own order: its group keys, else its FROM table's key."""
+    if plan.limit is None:
+        return []
+    if plan.group_by:
+        keys = [e.model_copy(deep=True) for e in plan.group_by]
+    elif any(_has(item.expr, m.Aggregate) for item in plan.select):
+        return []  # one row
+    else:
+        info = tables.get(plan.from_.table)
+        if info is None or len(info.primary_key) != 1:
+            return []
+        keys = [m.ColumnRef(table=plan.from_.name_in_scope, column=info.primary_key[0])]
+    ordered = set()
+    for item in plan.order_by:
+        ordered.add(_key(item.expr))
+        if _is_output_alias(item.expr, plan):  # ORDER BY tracks: the select item named tracks
+            name = item.expr.column.lower()  # type: ignore[union-attr]
+            ordered |= {_key(i.expr) for i in plan.select if (i.alias or "").lower() == name}
+    return [k for k in keys if _key(k) not in ordered]
+
+
+def _describe(expr: m.ExprNode) -> str:
+    return f"{expr.table}.{expr.column}" if isinstance(expr, m.ColumnRef) and expr.table else _alias_for(expr)
 
 
 def _measures(plan: m.PlanModel) -> list[m.ExprNode]:
@@ -83,19 +120,25 @@ def _measures(plan: m.PlanModel) -> list[m.ExprNode]:
 
 
 def _missing_key(plan: m.PlanModel, tables: Mapping[str, TableInfo]) -> m.ColumnRef | None:
-    """The FROM table's one-column key, when the plan lists that table's rows without it."""
+    """The one-column key of the FROM table when the plan lists its rows (no grouping, no aggregate) without it."""
     if plan.group_by or any(_has(item.expr, m.Aggregate) for item in plan.select):
         return None
-    info = tables.get(plan.from_.table)
-    if info is None or len(info.primary_key) != 1:
-        return None
-    name = plan.from_.name_in_scope.lower()
+    ref = plan.from_
+    key = _key_of(ref, tables)
+    name = ref.name_in_scope.lower()
     own = [item.expr for item in plan.select
            if isinstance(item.expr, m.ColumnRef) and (item.expr.table or "").lower() == name]
-    pk = info.primary_key[0].lower()
-    if not own or any(c.column.lower() == pk for c in own):  # type: ignore[union-attr]
+    if key is None or not own or any(c.column.lower() == key.column.lower() for c in own):  # type: ignore[union-attr]
         return None
-    return m.ColumnRef(table=plan.from_.name_in_scope, column=info.primary_key[0])
+    return key
+
+
+def _key_of(ref: m.TableRef, tables: Mapping[str, TableInfo]) -> m.ColumnRef | None:
+    """The column naming `ref`'s one-column primary key, under its name in the plan."""
+    info = tables.get(ref.table)
+    if info is None or len(info.primary_key) != 1:
+        return None
+    return m.ColumnRef(table=ref.name_in_scope, column=info.primary_key[0])
 
 
 def _shown(expr: m.ExprNode, plan: m.PlanModel) -> bool:

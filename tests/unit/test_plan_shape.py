@@ -1,4 +1,4 @@
-"""The columns an answer carries (nl2sql.plan.shape): a ranking's measure, a list's key."""
+"""The shape of an answer (nl2sql.plan.shape): a ranking's measure, a list's key, ties broken on a key."""
 
 from __future__ import annotations
 
@@ -55,7 +55,8 @@ def test_a_filter_on_an_aggregate_shows_the_aggregate(snapshot: SchemaSnapshot, 
                         joins=[{"type": "inner", "table": {"table": "Track", "alias": "t"},
                                 "on": [{"left": col("t", "AlbumId"), "right": col("a", "AlbumId")}]}],
                         group_by=[col("a", "AlbumId"), col("a", "Title")], having=having)
-    assert added == ["count_track_id"] and "SELECT a.Title, COUNT(t.TrackId) AS count_track_id" in sql
+    assert added == ["count_track_id"]  # grouped: no key is added, the groups read by their title
+    assert "SELECT a.Title, COUNT(t.TrackId) AS count_track_id" in sql
 
 
 def test_a_computed_order_key_is_shown_and_a_plain_one_only_with_a_limit(snapshot: SchemaSnapshot,
@@ -109,8 +110,35 @@ def test_a_list_of_one_tables_rows_carries_its_key_first(snapshot: SchemaSnapsho
     assert added == ["track_id"] and sql.startswith("SELECT t.TrackId AS track_id, t.Name FROM Track AS t")
 
 
+def test_a_grouped_plan_gets_no_key(snapshot: SchemaSnapshot, demo_config: Config) -> None:
+    # "How many tracks does each genre have?" grouped by the genre's key reads by the genre's name
+    genre = {"type": "inner", "table": {"table": "Genre", "alias": "g"},
+             "on": [{"left": col("g", "GenreId"), "right": col("t", "GenreId")}]}
+    _, added = shaped(snapshot, demo_config, [col("g", "Name"), agg("count")], joins=[genre],
+                      group_by=[col("g", "GenreId"), col("g", "Name")], rules=("key",))
+    assert added == []
+
+
+def test_a_ranking_cut_by_limit_breaks_its_ties_on_a_key(snapshot: SchemaSnapshot, demo_config: Config) -> None:
+    # the ten longest tracks: two tracks of one length at the cut would make the cut the database's choice
+    ties = ("ties",)
+    sql, added = shaped(snapshot, demo_config, [col("t", "TrackId"), col("t", "Name"), col("t", "Milliseconds")],
+                        order_by=[{"expr": col("t", "Milliseconds"), "direction": "desc"}], limit=10, offset=10,
+                        rules=ties)
+    assert added == ["ties broken on t.TrackId"] and "ORDER BY t.Milliseconds DESC, t.TrackId" in sql
+    # grouped: on the group keys, after the measure
+    sql, added = shaped(snapshot, demo_config, [col("t", "Composer"), agg("count")], group_by=[col("t", "Composer")],
+                        order_by=[{"expr": agg("count"), "direction": "desc"}], limit=3, rules=ties)
+    assert added == ["ties broken on t.Composer"] and "ORDER BY COUNT(*) DESC, t.Composer" in sql
+    # no cut, or a key already in the order: nothing
+    assert shaped(snapshot, demo_config, [col("t", "TrackId")], rules=ties,
+                  order_by=[{"expr": col("t", "Milliseconds"), "direction": "desc"}])[1] == []
+    assert shaped(snapshot, demo_config, [col("t", "TrackId")], limit=3, rules=ties,
+                  order_by=[{"expr": col("t", "TrackId"), "direction": "desc"}])[1] == []
+
+
 @pytest.mark.parametrize("rest", [
-    {"group_by": [col("t", "Composer")]},  # grouped: rows are groups, not the table's rows
+    {"group_by": [col("t", "Composer")]},  # grouped by a name: rows are groups, not the table's rows
     {"distinct": True},
     {"select": [col("t", "TrackId"), col("t", "Name")]},  # the key is there
     {"select": [col("a", "Title")], "joins": [{"type": "inner", "table": {"table": "Album", "alias": "a"},
@@ -130,5 +158,7 @@ def test_a_composite_key_is_not_added(snapshot: SchemaSnapshot, demo_config: Con
 def test_the_rules_are_chosen_one_by_one(snapshot: SchemaSnapshot, demo_config: Config) -> None:
     args = dict(group_by=[col("t", "Composer")], order_by=[{"expr": agg("count"), "direction": "desc"}], limit=1)
     assert shaped(snapshot, demo_config, [col("t", "Composer")], rules=("key",), **args)[1] == []
+    assert shaped(snapshot, demo_config, [col("t", "Composer")], rules=("ties",), **args)[1] == [
+        "ties broken on t.Composer"]
     assert shaped(snapshot, demo_config, [col("t", "Name")], rules=("measure",))[1] == []
     assert shaped(snapshot, demo_config, [col("t", "Name")], rules=())[1] == []
