@@ -404,7 +404,7 @@ class PlannerSettings(Strict):
     answer_shape: list[AnswerShapeRule] = Field(
         default_factory=lambda: ["measure", "key", "ties"], description="What the engine adds to a model's plan "
         "(nl2sql.plan.shape): 'measure', what a ranking ranks by and the aggregate a HAVING filters on; 'key', the "
-        "key of the table whose rows the answer lists; 'ties', a key to break ties on where a LIMIT cuts the rows. "
+        "FROM table's key in front of a plain list of its rows; 'ties', a key to break ties on where a LIMIT cuts the rows. "
         "[] keeps the plan as written.")
 
 

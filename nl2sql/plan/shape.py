@@ -80,10 +80,10 @@ def _tie_breakers(plan: m.PlanModel, tables: Mapping[str, TableInfo]) -> list[m.
     elif any(_has(item.expr, m.Aggregate) for item in plan.select):
         return []  # one row
     else:
-        info = tables.get(plan.from_.table)
-        if info is None or len(info.primary_key) != 1:
+        key = _key_of(plan.from_, tables)
+        if key is None:
             return []
-        keys = [m.ColumnRef(table=plan.from_.name_in_scope, column=info.primary_key[0])]
+        keys = [key]
     ordered = set()
     for item in plan.order_by:
         ordered.add(_key(item.expr))
@@ -123,9 +123,8 @@ def _missing_key(plan: m.PlanModel, tables: Mapping[str, TableInfo]) -> m.Column
     """The one-column key of the FROM table when the plan lists its rows (no grouping, no aggregate) without it."""
     if plan.group_by or any(_has(item.expr, m.Aggregate) for item in plan.select):
         return None
-    ref = plan.from_
-    key = _key_of(ref, tables)
-    name = ref.name_in_scope.lower()
+    key = _key_of(plan.from_, tables)
+    name = plan.from_.name_in_scope.lower()
     own = [item.expr for item in plan.select
            if isinstance(item.expr, m.ColumnRef) and (item.expr.table or "").lower() == name]
     if key is None or not own or any(c.column.lower() == key.column.lower() for c in own):  # type: ignore[union-attr]
