@@ -19,12 +19,13 @@ FIXED_ANSWER = "The answer is in the rows."
 
 
 def asked_question(body: Mapping[str, Any]) -> str:
-    """The question a request is about (the first user message says `Question: …`)."""
+    """The question a request is about (the first user message says `Question: …` on a line of its own, after
+    any worked example's question)."""
     for message in body.get("messages", []):
         if message.get("role") == "user":
-            found = re.search(r"Question: (.*)", str(message.get("content", "")))
+            found = re.findall(r"^Question: (.*)", str(message.get("content", "")), re.M)
             if found:
-                return found.group(1).strip()
+                return found[-1].strip()
     return ""
 
 

@@ -276,18 +276,29 @@ def _expected(expected: Sequence[str]) -> str:
 
 
 def _examples(examples: Sequence[tuple[str, str]], label: str) -> str:
-    """Worked examples on this database (in the system message: the user message holds the one question)."""
+    """Worked examples on this database, placed after the tables: the prompt up to the tables is then the same for
+    every question, so a model server reuses its cached prefix (on a CPU the tables are most of the reading)."""
     if not examples:
         return ""
     shown = "\n".join(f"- Asked: {asked}\n  {label}: {answer}" for asked, answer in examples)
-    return f"\n\nAnswered before on this database:\n{shown}"
+    return f"Answered before on this database:\n{shown}\n\n"
+
+
+def _sql_examples(examples: Sequence[tuple[str, str]]) -> str:
+    """The `sql` format's worked examples, after the tables as SQL comments and statements (the form SQL models
+    are trained on)."""
+    if not examples:
+        return ""
+    shown = "\n\n".join(f"-- Question: {asked}\n{sql.strip().rstrip(';')};" for asked, sql in examples)
+    return f"-- Answered before on this database:\n{shown}\n\n"
 
 
 def planner_messages(question: str, schema_text: str, dialect: str, expected: Sequence[str] = (),
                      examples: Sequence[tuple[str, str]] = ()) -> list[Message]:
     """Messages for the planner (with worked examples: (question, plan JSON) pairs)."""
-    return [Message("system", PLANNER_SYSTEM.format(dialect=dialect) + _examples(examples, "Plan")),
-            Message("user", f"Tables:\n{schema_text}\n\nQuestion: {question}{_expected(expected)}")]
+    return [Message("system", PLANNER_SYSTEM.format(dialect=dialect)),
+            Message("user", f"Tables:\n{schema_text}\n\n{_examples(examples, 'Plan')}"
+                            f"Question: {question}{_expected(expected)}")]
 
 
 def refiner_messages(question: str, schema_text: str, dialect: str, plan: dict[str, Any] | None,
@@ -303,10 +314,12 @@ def refiner_messages(question: str, schema_text: str, dialect: str, plan: dict[s
 DIALECT_NAMES = {"sqlite": "SQLite", "duckdb": "DuckDB", "postgresql": "PostgreSQL", "postgres": "PostgreSQL"}
 
 
-def _tables_then_question(schema_ddl: str, dialect: str, question: str, expected: Sequence[str]) -> str:
-    """The `sql` format's user message: the tables as DDL, then the question (the form SQL models are trained on)."""
-    return (f"{schema_ddl}\n\n-- Using valid {DIALECT_NAMES.get(dialect, dialect)}, answer the following question "
-            f"for the tables provided above.\nQuestion: {question}{_expected(expected)}")
+def _tables_then_question(schema_ddl: str, dialect: str, question: str, expected: Sequence[str],
+                          examples: Sequence[tuple[str, str]] = ()) -> str:
+    """The `sql` format's user message: the tables as DDL, worked examples, then the question (the form SQL models
+    are trained on)."""
+    return (f"{schema_ddl}\n\n{_sql_examples(examples)}-- Using valid {DIALECT_NAMES.get(dialect, dialect)}, "
+            f"answer the following question for the tables provided above.\nQuestion: {question}{_expected(expected)}")
 
 
 def sql_planner_messages(question: str, schema_ddl: str, dialect: str, expected: Sequence[str] = (),
@@ -314,8 +327,8 @@ def sql_planner_messages(question: str, schema_ddl: str, dialect: str, expected:
     """Messages for the planner in the `sql` format: the tables as CREATE TABLE statements (`render_ddl`), with
     worked examples as (question, SQL) pairs."""
     name = DIALECT_NAMES.get(dialect, dialect)
-    return [Message("system", SQL_PLANNER_SYSTEM.format(dialect=name) + _examples(examples, "SQL")),
-            Message("user", _tables_then_question(schema_ddl, dialect, question, expected))]
+    return [Message("system", SQL_PLANNER_SYSTEM.format(dialect=name)),
+            Message("user", _tables_then_question(schema_ddl, dialect, question, expected, examples))]
 
 
 def sql_refiner_messages(question: str, schema_ddl: str, dialect: str, sql: str | None, errors: Sequence[str],

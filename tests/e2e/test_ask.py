@@ -448,8 +448,9 @@ def test_the_sql_format_stops_when_the_refiner_repeats_a_statement(project: Conf
     assert len(sql_requests(model, "sql_refiner")) == 1 and "REFINER_REPEATED" in [w.code for w in result.warnings]
 
 
-def _planner_system(model: ModelScript, name: str = "PlanModel") -> str:
-    return [r for r in model.fake.requests if model.fake.name_of(r) == name][-1]["messages"][0]["content"]
+def _planner_prompt(model: ModelScript, name: str = "PlanModel") -> str:
+    return "\n".join(m["content"] for m in [r for r in model.fake.requests
+                                             if model.fake.name_of(r) == name][-1]["messages"])
 
 
 def test_the_planner_is_shown_the_verified_queries_the_caller_may_read_as_worked_examples(
@@ -457,7 +458,7 @@ def test_the_planner_is_shown_the_verified_queries_the_caller_may_read_as_worked
     question = "Which artists have the most albums in the catalog?"
     model.plan(question, GENRES_PLAN)
     ask(project, question, "viewer", settings={"plan_cache": False})
-    shown = _planner_system(model)
+    shown = _planner_prompt(model)
     assert "Answered before on this database:" in shown and "- Asked: " in shown and '"kind":"column"' in shown
     viewer_tables = {"Album", "Artist", "Genre", "MediaType", "Playlist", "PlaylistTrack", "Track"}
     for denied in ("Customer", "Invoice", "Employee"):
@@ -469,11 +470,12 @@ def test_worked_examples_can_be_turned_off_and_follow_the_sql_format(project: Co
     question = "Which artists have the most albums in the catalog?"
     model.plan(question, GENRES_PLAN)
     ask(project, question, "viewer", settings={"plan_cache": False, "planner": PlannerSettings(examples=0)})
-    assert "Answered before" not in _planner_system(model)
+    assert "Answered before" not in _planner_prompt(model)
     answer_sql(model, "planner", {question: "SELECT a.Name AS artist FROM Artist a ORDER BY a.Name"})
     ask(project, question, "viewer", settings=SQL_FORMAT)
-    shown = sql_requests(model, "sql_planner")[-1]["messages"][0]["content"]
-    assert "Answered before on this database:" in shown and "SQL: SELECT" in shown
+    shown = sql_requests(model, "sql_planner")[-1]["messages"][1]["content"]
+    assert "-- Answered before on this database:" in shown and "\nSELECT " in shown
+    assert shown.index("CREATE TABLE") < shown.index("-- Answered before") < shown.index(f"Question: {question}")
 
 
 def test_verified_queries_may_only_teach_the_planner(project: Config, model: ModelScript) -> None:
@@ -484,8 +486,8 @@ def test_verified_queries_may_only_teach_the_planner(project: Config, model: Mod
                                             "GROUP BY g.Name"})
     result = ask(teaching, question, "viewer", settings=SQL_FORMAT)
     assert result.status == "success" and result.sub_queries[0].source == "planner"
-    shown = sql_requests(model, "sql_planner")[-1]["messages"][0]["content"]
-    assert f"- Asked: {question}" in shown  # its own verified query, as a worked example
+    shown = sql_requests(model, "sql_planner")[-1]["messages"][1]["content"]
+    assert f"-- Question: {question}\n" in shown  # its own verified query, as a worked example
 
 
 # --- which datasources: routing's evidence decides, the model check only narrows -----------------------------

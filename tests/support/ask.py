@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -14,6 +13,7 @@ import yaml
 
 from nl2sql.config import Config
 from nl2sql.demo import init_demo
+from nl2sql.evaluation.gold_llm import asked_question
 from nl2sql.llm.fake import FakeAnswer, FakeLLMServer
 from nl2sql.pipeline import Runtime
 from nl2sql.pipeline.prompts import SQL_REFINER_SYSTEM
@@ -96,12 +96,8 @@ def gold_plans() -> dict[str, dict]:
 
 
 def asked(body: Mapping[str, Any]) -> str:
-    """The question (or sub-question) a request is about (its first user message says it)."""
-    for message in body["messages"]:
-        match = re.search(r"Question: (.*)", message["content"]) if message["role"] == "user" else None
-        if match:
-            return match.group(1).strip()
-    return body["messages"][-1]["content"]
+    """The question (or sub-question) a request is about (its first user message says it), else its last message."""
+    return asked_question(body) or body["messages"][-1]["content"]
 
 
 def text_kind(body: Mapping[str, Any]) -> str:
