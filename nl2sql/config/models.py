@@ -388,7 +388,7 @@ class ProfileSettings(Strict):
 
 
 #: What the engine adds to a model's plan (nl2sql.plan.shape).
-AnswerShapeRule = Literal["measure", "key", "ties"]
+AnswerShapeRule = Literal["measure", "groups", "key", "ties"]
 
 
 class PlannerSettings(Strict):
@@ -402,8 +402,9 @@ class PlannerSettings(Strict):
                           "queries of the sub-query's datasource the caller may read (those without parameters), "
                           "nearest to the question first, as plans or SQL in the format; 0 shows none.")
     answer_shape: list[AnswerShapeRule] = Field(
-        default_factory=lambda: ["measure", "key", "ties"], description="What the engine adds to a model's plan "
-        "(nl2sql.plan.shape): 'measure', what a ranking ranks by and the aggregate a HAVING filters on; 'key', the "
+        default_factory=lambda: ["measure", "groups", "key", "ties"], description="What the engine adds to a model's "
+        "plan (nl2sql.plan.shape): 'measure', what a ranking ranks by and the aggregate a HAVING filters on; "
+        "'groups', the group keys of a grouped plan that shows only aggregates; 'key', the "
         "FROM table's key in front of a plain list of its rows; 'ties', a key to break ties on where a LIMIT cuts the rows. "
         "[] keeps the plan as written.")
 

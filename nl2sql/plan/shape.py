@@ -1,7 +1,7 @@
 """The shape of an answer: what a model's plan leaves out that the asker needs to read the answer, and a stable
 order.
 
-Three rules, each optional (`settings.pipeline.planner.answer_shape`), applied to a model's validated plan
+Four rules, each optional (`settings.pipeline.planner.answer_shape`), applied to a model's validated plan
 (never to a verified query's or a cached one's):
 
 - `measure`: a ranking shows what it ranks by, and a filter on an aggregate shows the aggregate. "Which
@@ -13,6 +13,10 @@ Three rules, each optional (`settings.pipeline.planner.answer_shape`), applied t
   are called "Music"): a plan without grouping or aggregates that selects columns of its FROM table, but
   not that table's one-column primary key, gets the key in front. A grouped plan lists groups, and gets
   nothing: "tracks per genre" grouped by the genre's key reads by the genre's name.
+- `groups`: a grouped plan that shows only aggregates shows its group keys, first. "The average price of each
+  media type" planned as `SELECT AVG(UnitPrice) … GROUP BY MediaTypeId` answers with a column saying which
+  media type each average is for. A plan that shows any plain column beside its aggregates gets nothing (a
+  genre's name, grouped by the genre's key, labels its rows).
 - `ties`: a ranking cut by LIMIT is the same every time. Rows that tie on the ORDER BY keys at the cut
   would make the cut (or the order of an OFFSET's page) the database's choice: the plan's group keys,
   or else its FROM table's one-column key, are added as the last ORDER BY keys (a LIMIT without ORDER
@@ -57,6 +61,12 @@ def shape_answer(plan: m.PlanModel, tables: Mapping[str, TableInfo],
         for expr in _measures(shaped):
             alias = _free_alias(_alias_for(expr), shaped)
             shaped.select.append(m.SelectItem(expr=expr.model_copy(deep=True), alias=alias))
+            added.append(alias)
+    if "groups" in rules:
+        labels = _missing_labels(shaped)
+        for i, expr in enumerate(labels):
+            alias = _free_alias(_alias_for(expr), shaped)
+            shaped.select.insert(i, m.SelectItem(expr=expr.model_copy(deep=True), alias=alias))
             added.append(alias)
     if "key" in rules:
         key = _missing_key(shaped, tables)
@@ -117,6 +127,13 @@ def _measures(plan: m.PlanModel) -> list[m.ExprNode]:
         if not _shown(expr, plan) and all(_key(expr) != _key(f) for f in found):
             found.append(expr)
     return found
+
+
+def _missing_labels(plan: m.PlanModel) -> list[m.ExprNode]:
+    """The group keys of a grouped plan that shows only aggregates (its rows would carry no label)."""
+    if not plan.group_by or not plan.select or not all(_has(item.expr, m.Aggregate) for item in plan.select):
+        return []
+    return [expr for expr in plan.group_by if not isinstance(expr, m.Value | m.ScalarSubquery | m.Window)]
 
 
 def _missing_key(plan: m.PlanModel, tables: Mapping[str, TableInfo]) -> m.ColumnRef | None:

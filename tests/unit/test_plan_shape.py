@@ -119,6 +119,26 @@ def test_a_grouped_plan_gets_no_key(snapshot: SchemaSnapshot, demo_config: Confi
     assert added == []
 
 
+def test_a_grouped_plan_that_shows_only_aggregates_shows_its_groups_first(snapshot: SchemaSnapshot,
+                                                                         demo_config: Config) -> None:
+    # "What is the average unit price of the tracks of each media type?" with no column saying which media type
+    sql, added = shaped(snapshot, demo_config, [agg("avg", col("t", "UnitPrice"))], group_by=[col("t", "MediaTypeId")],
+                        rules=("groups", "key"))
+    assert added == ["media_type_id"]
+    assert sql.startswith("SELECT t.MediaTypeId AS media_type_id, AVG(t.UnitPrice) FROM Track AS t GROUP BY")
+
+
+@pytest.mark.parametrize("select", [[col("g", "Name"), agg("count")], [agg("count"), col("g", "Name")]])
+def test_a_grouped_plan_with_a_plain_column_keeps_its_labels(select: list[dict], snapshot: SchemaSnapshot,
+                                                             demo_config: Config) -> None:
+    # grouped by the genre's key, labelled by its name: nothing to add, wherever the label sits
+    genre = {"type": "inner", "table": {"table": "Genre", "alias": "g"},
+             "on": [{"left": col("g", "GenreId"), "right": col("t", "GenreId")}]}
+    _, added = shaped(snapshot, demo_config, select, joins=[genre], group_by=[col("g", "GenreId")],
+                      rules=("groups",))
+    assert added == []
+
+
 def test_a_ranking_cut_by_limit_breaks_its_ties_on_a_key(snapshot: SchemaSnapshot, demo_config: Config) -> None:
     # the ten longest tracks: two tracks of one length at the cut would make the cut the database's choice
     ties = ("ties",)
@@ -162,3 +182,4 @@ def test_the_rules_are_chosen_one_by_one(snapshot: SchemaSnapshot, demo_config: 
         "ties broken on t.Composer"]
     assert shaped(snapshot, demo_config, [col("t", "Name")], rules=("measure",))[1] == []
     assert shaped(snapshot, demo_config, [col("t", "Name")], rules=())[1] == []
+    assert shaped(snapshot, demo_config, [agg("count")], group_by=[col("t", "GenreId")], rules=("key", "ties"))[1] == []
