@@ -395,9 +395,9 @@ class PlannerSettings(Strict):
     """How the planner model writes a sub-query's plan."""
 
     format: Literal["plan", "sql"] = Field(
-        default="plan", description="'plan': the typed plan as JSON (the plan language is shown in the prompt); "
-        "'sql': one SELECT in the datasource's dialect, read into a plan by the engine (nl2sql.plan.from_sql), "
-        "then validated and rendered like any plan.")
+        default="sql", description="'sql': one SELECT in the datasource's dialect, read into a plan by the engine "
+        "(nl2sql.plan.from_sql), then validated and rendered like any plan (measured best: docs/models.md); "
+        "'plan': the typed plan as JSON (the plan language is shown in the prompt).")
     examples: int = Field(default=3, ge=0, le=10, description="Worked examples in the planner's prompt: the verified "
                           "queries of the sub-query's datasource the caller may read (those without parameters), "
                           "nearest to the question first, as plans or SQL in the format; 0 shows none.")

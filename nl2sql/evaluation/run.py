@@ -75,13 +75,16 @@ def eval_jobs(cases: Sequence[EvalCase], mode: Mode, *, roles: Sequence[str] | N
 
 
 def eval_config(config: Config, llm: LLMConfig | None = None,
-                examples: Sequence[EvalCase] = ()) -> Config:
+                examples: Sequence[EvalCase] = (), *, gold: bool = False) -> Config:
     """The project's configuration as an eval runs it: no verified answers, no plan cache, no hooks, no
     observers, and every row of a result kept for scoring. The project's verified queries are dropped (a suite's
     questions may be among them); `examples`, cases of another suite, take their place as the planner's worked
-    examples only (`curated.answer` off: they never answer)."""
-    pipeline = config.settings.pipeline.model_copy(update={"plan_cache": False,
-                                                           "preview_rows": config.settings.pipeline.row_limit})
+    examples only (`curated.answer` off: they never answer). With `gold`, the planner writes plans (the gold
+    model answers with the cases' gold plans)."""
+    update_pipeline: dict[str, Any] = {"plan_cache": False, "preview_rows": config.settings.pipeline.row_limit}
+    if gold:
+        update_pipeline["planner"] = config.settings.pipeline.planner.model_copy(update={"format": "plan"})
+    pipeline = config.settings.pipeline.model_copy(update=update_pipeline)
     curated = config.settings.curated.model_copy(update={"answer": False}) if examples else config.settings.curated
     settings = config.settings.model_copy(update={"pipeline": pipeline, "curated": curated})
     datasources = [ds.model_copy(update={"verified_queries": [
@@ -217,7 +220,7 @@ class EvalSession:
         elif mode == "plans":
             self.gold = FakeLLMServer().start()
             GoldModel(self.gold, cases)
-            self.runtimes["default"] = Runtime(eval_config(config, gold_llm_config(self.gold)), observers=[],
+            self.runtimes["default"] = Runtime(eval_config(config, gold_llm_config(self.gold), gold=True), observers=[],
                                                block_loader=block_loader)
         else:
             self.runtimes["default"] = Runtime(eval_config(config), observers=[], block_loader=block_loader)

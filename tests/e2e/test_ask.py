@@ -389,6 +389,16 @@ def sql_requests(model: ModelScript, kind: str) -> list[dict]:
     return [r for r in model.fake.requests if model.fake.name_of(r) == "text" and text_kind(r) == kind]
 
 
+def test_the_planner_writes_sql_unless_configured_otherwise(project: Config, model: ModelScript) -> None:
+    # the format measured best on a real model (docs/models.md); the tests' project pins `plan` for the gold plans
+    question = "How many albums does each artist have?"
+    answer_sql(model, "planner", {question: "SELECT ar.Name AS artist, COUNT(*) AS albums FROM Album al JOIN Artist ar "
+                                            "ON ar.ArtistId = al.ArtistId GROUP BY ar.ArtistId, ar.Name"})
+    result = ask(project, question, "viewer", settings={"plan_cache": False, "planner": PlannerSettings()})
+    assert result.status == "success", result.errors
+    assert len(sql_requests(model, "sql_planner")) == 1 and model.fake.calls("PlanModel") == 0
+
+
 def test_the_sql_format_reads_the_models_statement_into_a_validated_plan(project: Config, model: ModelScript) -> None:
     question = "For each media type, the number of tracks stored in it?"
     answer_sql(model, "planner", {question: "```sql\nSELECT m.Name AS media_type, COUNT(*) AS tracks FROM Track t JOIN "
@@ -469,7 +479,8 @@ def test_the_planner_is_shown_the_verified_queries_the_caller_may_read_as_worked
 def test_worked_examples_can_be_turned_off_and_follow_the_sql_format(project: Config, model: ModelScript) -> None:
     question = "Which artists have the most albums in the catalog?"
     model.plan(question, GENRES_PLAN)
-    ask(project, question, "viewer", settings={"plan_cache": False, "planner": PlannerSettings(examples=0)})
+    ask(project, question, "viewer",
+        settings={"plan_cache": False, "planner": PlannerSettings(format="plan", examples=0)})
     assert "Answered before" not in _planner_prompt(model)
     answer_sql(model, "planner", {question: "SELECT a.Name AS artist FROM Artist a ORDER BY a.Name"})
     ask(project, question, "viewer", settings=SQL_FORMAT)

@@ -65,6 +65,8 @@ def write_ask_project(target: Path, fake: FakeLLMServer, *, hooks: list[dict] | 
     raw["observers"] = []
     if pipeline:
         raw.setdefault("settings", {})["pipeline"] = pipeline
+    # the fake model is scripted with the gold plans: the planner writes plans unless a test asks for SQL
+    raw.setdefault("settings", {}).setdefault("pipeline", {}).setdefault("planner", {}).setdefault("format", "plan")
     if approvals:
         raw.setdefault("settings", {})["approvals"] = approvals
     if hooks:
