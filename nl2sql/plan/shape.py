@@ -59,26 +59,26 @@ def shape_answer(plan: m.PlanModel, tables: Mapping[str, TableInfo],
     added: list[str] = []
     if "measure" in rules:
         for expr in _measures(shaped):
-            alias = _free_alias(_alias_for(expr), shaped)
-            shaped.select.append(m.SelectItem(expr=expr.model_copy(deep=True), alias=alias))
-            added.append(alias)
+            added.append(_show(shaped, expr, len(shaped.select)))
     if "groups" in rules:
-        labels = _missing_labels(shaped)
-        for i, expr in enumerate(labels):
-            alias = _free_alias(_alias_for(expr), shaped)
-            shaped.select.insert(i, m.SelectItem(expr=expr.model_copy(deep=True), alias=alias))
-            added.append(alias)
+        for i, expr in enumerate(_missing_labels(shaped)):
+            added.append(_show(shaped, expr, i))
     if "key" in rules:
         key = _missing_key(shaped, tables)
         if key is not None:
-            alias = _free_alias(_snake(key.column), shaped)
-            shaped.select.insert(0, m.SelectItem(expr=key, alias=alias))
-            added.append(alias)
+            added.append(_show(shaped, key, 0))
     if "ties" in rules:
         for expr in _tie_breakers(shaped, tables):
             shaped.order_by.append(m.OrderItem(expr=expr, direction="asc"))
             added.append(f"ties broken on {_describe(expr)}")
     return (shaped, added) if added else (plan, [])
+
+
+def _show(plan: m.PlanModel, expr: m.ExprNode, position: int) -> str:
+    """Add `expr` to the plan's select list at `position`, under a free readable alias; the alias."""
+    alias = _free_alias(_alias_for(expr), plan)
+    plan.select.insert(position, m.SelectItem(expr=expr.model_copy(deep=True), alias=alias))
+    return alias
 
 
 def _tie_breakers(plan: m.PlanModel, tables: Mapping[str, TableInfo]) -> list[m.ExprNode]:
