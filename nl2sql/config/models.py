@@ -401,6 +401,11 @@ class PlannerSettings(Strict):
     examples: int = Field(default=3, ge=0, le=10, description="Worked examples in the planner's prompt: the verified "
                           "queries of the sub-query's datasource the caller may read (those without parameters), "
                           "nearest to the question first, as plans or SQL in the format; 0 shows none.")
+    resamples: int = Field(default=3, ge=0, le=10, description="When the refiner gives back a statement (or plan) "
+                           "that already failed, the planner is asked again this many times at most, sampled at "
+                           "`resample_temperature`, and its first answer that validates goes on; 0: refining stops "
+                           "there.")
+    resample_temperature: float = Field(default=0.7, gt=0, le=2, description="The temperature of those samples.")
     answer_shape: list[AnswerShapeRule] = Field(
         default_factory=lambda: ["measure", "groups", "key", "ties"], description="What the engine adds to a model's "
         "plan (nl2sql.plan.shape): 'measure', what a ranking ranks by and the aggregate a HAVING filters on; "

@@ -50,6 +50,11 @@ class Budget:
                 raise self.stop
             self.calls += 1
 
+    def calls_left(self) -> int | None:
+        """Model calls left under max_llm_calls (None: no cap on calls)."""
+        with self._lock:
+            return None if self.max_llm_calls is None else max(0, self.max_llm_calls - self.calls)
+
     def after_call(self, cost_usd: float | None) -> None:
         """Add a finished call's cost (an unknown cost is counted apart, never as 0 dollars silently)."""
         with self._lock:

@@ -194,9 +194,12 @@ class LLMClient:
             request = ChatRequest(node=node, messages=[*messages, feedback], json_schema=request.json_schema, schema_name=name)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def text(self, node: str, messages: list[Message], *, on_delta: OnDelta | None = None) -> str:
-        """A plain text answer, streamed through `on_delta` when given."""
-        return self._call(node, ChatRequest(node=node, messages=list(messages)), on_delta=on_delta).text
+    def text(self, node: str, messages: list[Message], *, on_delta: OnDelta | None = None,
+             temperature: float | None = None, seed: int | None = None) -> str:
+        """A plain text answer, streamed through `on_delta` when given; sampled at `temperature` (with `seed`, for
+        servers that take one) instead of the model's configured temperature when given."""
+        request = ChatRequest(node=node, messages=list(messages), temperature=temperature, seed=seed)
+        return self._call(node, request, on_delta=on_delta).text
 
     # --- totals --------------------------------------------------------------------------------
 

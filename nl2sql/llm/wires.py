@@ -59,6 +59,9 @@ class ChatRequest:
     messages: list[Message]
     json_schema: dict | None = None
     schema_name: str | None = None
+    #: A sampled call's temperature and seed (the model's configured temperature otherwise, no seed).
+    temperature: float | None = None
+    seed: int | None = None
 
 
 def _opt_int(value: Any) -> int | None:
@@ -180,6 +183,12 @@ class Wire:
         if self.config.max_tokens is not None:
             return self.config.max_tokens
         return DEFAULT_MAX_STRUCTURED_TOKENS if request.json_schema is not None else DEFAULT_MAX_TOKENS
+
+    def temperature(self, request: ChatRequest) -> float | None:
+        """A call's temperature: the request's (a sampled call), else the model's; None where the model takes none."""
+        if self.config.temperature == "none":
+            return None
+        return request.temperature if request.temperature is not None else self.config.temperature
 
     def streams(self, on_delta: OnDelta | None) -> bool:
         """Whether a call is streamed: when the caller shows text as it comes, or for every call with stream_all."""
@@ -349,8 +358,11 @@ class OpenAIWire(Wire):
         body: dict[str, Any] = {"model": self.config.model,
                                 "messages": [{"role": m.role, "content": m.content} for m in request.messages],
                                 self.config.max_tokens_param: self.max_tokens(request)}
-        if isinstance(self.config.temperature, int | float):
-            body["temperature"] = self.config.temperature
+        temperature = self.temperature(request)
+        if temperature is not None:
+            body["temperature"] = temperature
+        if request.seed is not None:
+            body["seed"] = request.seed
         if stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
@@ -445,8 +457,9 @@ class AnthropicWire(Wire):
         }
         if system:
             body["system"] = system
-        if isinstance(self.config.temperature, int | float):
-            body["temperature"] = self.config.temperature
+        temperature = self.temperature(request)
+        if temperature is not None:
+            body["temperature"] = temperature
         if stream:
             body["stream"] = True
         if request.json_schema is not None:

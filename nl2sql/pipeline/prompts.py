@@ -175,8 +175,11 @@ Most questions need exactly one: list a second only when the question asks for d
 Answer answerable=false when none of them holds the data (or the question is not about data).
 List in datasource_ids only ids from the list, the fewest that together answer the question."""
 
-DECOMPOSER_SYSTEM = """You split a question that needs several databases into sub-queries, one database each.
-Each sub-query is a plain question answerable from its database alone; name the columns it must return.
+DECOMPOSER_SYSTEM = """You decide whether a question needs more than one of the databases below, and split it only when it does.
+Most questions need one database: then answer one sub-query, on the database whose tables hold what the question
+asks about, with the question as asked.
+Split only when the question asks for data that only a second database holds. Each sub-query is then a question in
+plain words (not SQL) answerable from its database alone; name the columns it must return.
 When results must be combined, give combine: join (rows matched on keys), compare (values side by side per key)
 or union (rows stacked); a join key is a column each side returns, holding the same values (e.g. a customer id).
 Use at most {max_sub_queries} sub-queries."""
@@ -245,8 +248,6 @@ SQL_PLANNER_SYSTEM = _SQL_RULES + f"""
 Only when no table given holds what the question asks about (it is not about this data), answer
 {CANNOT_ANSWER_WORDS} instead."""
 
-SQL_REFINER_SYSTEM = _SQL_RULES + """
-Your previous statement failed. Read the errors and return a corrected statement."""
 
 SYNTHESIZER_SYSTEM = """You answer a question in two or three plain sentences from the query result given.
 State the numbers as they appear in the result; never invent values that are not in it.
@@ -331,13 +332,16 @@ def sql_planner_messages(question: str, schema_ddl: str, dialect: str, expected:
             Message("user", _tables_then_question(schema_ddl, dialect, question, expected, examples))]
 
 
-def sql_refiner_messages(question: str, schema_ddl: str, dialect: str, sql: str | None, errors: Sequence[str],
-                         expected: Sequence[str] = ()) -> list[Message]:
-    """Messages for the refiner in the `sql` format: the failed statement and its errors."""
-    name = DIALECT_NAMES.get(dialect, dialect)
-    return [Message("system", SQL_REFINER_SYSTEM.format(dialect=name)),
-            Message("user", _tables_then_question(schema_ddl, dialect, question, expected) + "\n\n"
-                    f"Previous statement: {sql or '(none)'}\n\nErrors:\n" + "\n".join(f"- {e}" for e in errors))]
+#: how the `sql` format's refiner turn begins
+SQL_REFINER_TURN = "That statement failed:"
+
+
+def sql_refiner_messages(asked: Sequence[Message], sql: str | None, errors: Sequence[str]) -> list[Message]:
+    """Messages for the refiner in the `sql` format: the planner's conversation (`sql_planner_messages`), its
+    statement, then the errors (the prompt up to the statement is the planner's: a server reuses its cached prefix)."""
+    return [*asked, Message("assistant", sql or "(no statement)"),
+            Message("user", f"{SQL_REFINER_TURN}\n" + "\n".join(f"- {e}" for e in errors)
+                    + "\nAnswer with the corrected statement only.")]
 
 
 def synthesizer_messages(question: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], total_rows: int,

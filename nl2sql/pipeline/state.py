@@ -44,6 +44,8 @@ class SubQuery:
     written_sql: str | None = None
     #: The plans the refiner was shown or returned (canonical JSON): one it returns again ends the refining.
     tried_plans: set[str] = field(default_factory=set)
+    #: The planner's samples drawn so far (each the seed of the next: see `steps.resampled_sql`).
+    samples: int = 0
     timings_ms: dict[str, float] = field(default_factory=dict)
     prompt_chars: dict[str, int] = field(default_factory=dict)
     dropped: bool = False  # a hook denied it with scope sub_query; the run goes on without it

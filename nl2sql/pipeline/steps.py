@@ -20,6 +20,7 @@ from nl2sql.errors import (
     SecurityViolation,
 )
 from nl2sql.index.route import Routing
+from nl2sql.llm.models import Message
 from nl2sql.pipeline import prompts
 from nl2sql.pipeline.result import RunWarning
 from nl2sql.pipeline.runtime import RunContext
@@ -202,11 +203,8 @@ def plan_sub_query(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
         sq.plan, sq.plan_source = PlanModel.model_validate_json(cached), "plan_cache"
         return
     assert sq.retrieved is not None
-    expected = [c.name for c in sq.expected_columns]
-    examples = worked_examples(ctx, state, sq)
     if _writes_sql(ctx):
-        messages = prompts.sql_planner_messages(sq.question, sq.retrieved.render_ddl(_dialect(ctx, sq)),
-                                                _dialect(ctx, sq), expected, examples)
+        messages = sql_planner_messages(ctx, state, sq)
         sq.prompt_chars["planner"] = sum(len(m.content) for m in messages)
         sq.plan_source = "planner"
         written = prompts.sql_answer(ctx.llm.text("planner", messages))
@@ -214,7 +212,8 @@ def plan_sub_query(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
             raise not_answerable(ctx, state, "planner")
         _read_written_sql(ctx, sq, written.sql)
         return
-    messages = prompts.planner_messages(sq.question, sq.retrieved.render(), _dialect(ctx, sq), expected, examples)
+    messages = prompts.planner_messages(sq.question, sq.retrieved.render(), _dialect(ctx, sq),
+                                        [c.name for c in sq.expected_columns], worked_examples(ctx, state, sq))
     sq.prompt_chars["planner"] = sum(len(m.content) for m in messages)
     answer = ctx.llm.structured("planner", messages, prompts.PlannerPlan, schema_name="PlanModel",
                                 enums=_table_enum(sq))
@@ -222,6 +221,13 @@ def plan_sub_query(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
         raise not_answerable(ctx, state, "planner")
     sq.plan = PlanModel.model_validate(answer.model_dump(by_alias=True, exclude={"cannot_answer"}))
     sq.plan_source = "planner"
+
+
+def sql_planner_messages(ctx: RunContext, state: RunState, sq: SubQuery) -> list[Message]:
+    """What the planner is asked in the `sql` format (the refiner and the planner's samples start from it too)."""
+    assert sq.retrieved is not None
+    return prompts.sql_planner_messages(sq.question, sq.retrieved.render_ddl(_dialect(ctx, sq)), _dialect(ctx, sq),
+                                        [c.name for c in sq.expected_columns], worked_examples(ctx, state, sq))
 
 
 def worked_examples(ctx: RunContext, state: RunState, sq: SubQuery) -> list[tuple[str, str]]:
@@ -366,26 +372,57 @@ def refine(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
 
 
 def refine_sql(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
-    """`refine` in the `sql` format: the statement the model wrote and its error; a statement it wrote before ends
-    the refining."""
+    """`refine` in the `sql` format: the planner's conversation goes on with its statement and the error; when the
+    refiner gives back a statement that failed before, the planner is sampled instead (`resampled_sql`), and
+    refining ends when no sample validates either."""
     assert sq.error is not None and sq.retrieved is not None
     if sq.written_sql:
         sq.tried_plans.add(_sql_key(sq.written_sql))
-    messages = prompts.sql_refiner_messages(sq.question, sq.retrieved.render_ddl(_dialect(ctx, sq)), _dialect(ctx, sq),
-                                            sq.written_sql,
-                                            [f"{sq.error.code}: {sq.error.message}"],
-                                            [c.name for c in sq.expected_columns])
+    asked = sql_planner_messages(ctx, state, sq)
+    messages = prompts.sql_refiner_messages(asked, sq.written_sql, [f"{sq.error.code}: {sq.error.message}"])
     sq.prompt_chars["refiner"] = sq.prompt_chars.get("refiner", 0) + sum(len(m.content) for m in messages)
     sql = prompts.sql_answer(ctx.llm.text("refiner", messages)).sql
     if _sql_key(sql) in sq.tried_plans:
         state.warnings.append(RunWarning(code="REFINER_REPEATED", sub_query_id=sq.id,
-                                         message="The refiner returned a statement that had already failed; "
-                                         "refining stopped.", detail={"attempt": sq.attempts}))
-        sq.attempts = ctx.config.settings.pipeline.max_retries
-        return
+                                         message="The refiner returned a statement that had already failed.",
+                                         detail={"attempt": sq.attempts}))
+        sampled = resampled_sql(ctx, state, sq, asked)
+        if sampled is None:
+            sq.attempts = ctx.config.settings.pipeline.max_retries  # no further round: the next would repeat too
+            return
+        sql = sampled
     sq.tried_plans.add(_sql_key(sql))
     sq.plan_source, sq.sql, sq.error = "planner", None, None
     _read_written_sql(ctx, sq, sql)
+
+
+def resampled_sql(ctx: RunContext, state: RunState, sq: SubQuery, asked: list[Message]) -> str | None:
+    """A statement from the planner asked again at `planner.resample_temperature`: the first of at most
+    `planner.resamples` samples that is new, reads into a plan and validates under the caller's scope (a sample
+    that does not is dropped unseen, whatever it names); None when none does or no model call is left."""
+    settings = ctx.config.settings.pipeline.planner
+    live = ctx.index.live(sq.datasource_id)
+    if live is None or live.snapshot is None:
+        return None
+    caller = scope(ctx.config.policies, state.roles, sq.datasource_id)
+    for _ in range(settings.resamples):
+        if ctx.llm.budget.calls_left() == 0:
+            return None
+        sq.samples += 1  # each sample its own seed: a later round draws new ones
+        text = ctx.llm.text("planner", asked, temperature=settings.resample_temperature, seed=sq.samples)
+        sql = prompts.sql_answer(text).sql
+        if not sql or _sql_key(sql) in sq.tried_plans:
+            continue
+        sq.tried_plans.add(_sql_key(sql))
+        try:
+            validate_plan(plan_from_sql(sql, _dialect(ctx, sq)), live.snapshot, caller)
+        except NL2SQLError:
+            continue
+        state.warnings.append(RunWarning(code="PLANNER_RESAMPLED", sub_query_id=sq.id, message="The planner was "
+                                         f"asked again (sample {sq.samples}, settings.pipeline.planner.resamples).",
+                                         detail={"sample": sq.samples}))
+        return sql
+    return None
 
 
 def _sql_key(sql: str) -> str:

@@ -83,6 +83,9 @@ class VisibleNames:
     parent: VisibleNames | None = None
     #: joins a repair added (a column's own table, one foreign key away): appended to the plan's joins
     added_joins: list[m.Join] = field(default_factory=list)
+    #: the FROM table's name in scope, and the join keys compared for equality (lower-cased names, join type)
+    from_name: str = ""
+    join_equalities: list[tuple[tuple[str, str], tuple[str, str], str]] = field(default_factory=list)
 
     def lookup(self, name: str) -> tuple[m.TableRef, TableInfo | None] | None:
         frame: VisibleNames | None = self
@@ -274,6 +277,10 @@ class PlanValidator:
                 joins += self._join(join, frame, f"{path}.joins[{j}]")
             joins.append(join)
         plan.joins[:] = joins
+        frame.from_name = plan.from_.name_in_scope.lower()
+        frame.join_equalities = [((k.left.table.lower(), k.left.column.lower()),
+                                  (k.right.table.lower(), k.right.column.lower()), join.type)
+                                 for join in joins for k in join.on if k.left.table and k.right.table]
         if not plan.select:
             self.issue("EMPTY_SELECT", "The plan selects nothing. Add at least one select item.", f"{path}.select")
         for i, item in enumerate(plan.select):
@@ -483,6 +490,11 @@ class PlanValidator:
         holders = [(r, i) for r, i in frame.tables.values() if i is not None and i.column(ref.column)]
         if len(holders) == 1:
             ref.table = holders[0][0].name_in_scope
+            return self.column(ref, frame, clause, path)
+        if len(holders) > 1 and (one := _joined_on_it(ref.column, [r for r, _ in holders], frame)) is not None:
+            ref.table = one
+            self.repairs.append(PlanIssue("JOIN_KEY_COLUMN", f"{ref.column} read as {one}.{ref.column}: the tables "
+                                          "that have it are joined on it, so each row holds one value.", path))
             return self.column(ref, frame, clause, path)
         if len(holders) > 1:
             self.issue("AMBIGUOUS_COLUMN", f"Column {ref.column} is in more than one table here; set its table to "
@@ -702,6 +714,32 @@ def _foreign_keys_between(tables: list[TableInfo], first: str, second: str) -> s
             keys += [f"{table.name}.{fk.columns[0]} → {fk.ref_table}.{fk.ref_columns[0]}" for fk in single
                      if fk.ref_table.lower() in wanted]
     return "foreign keys: " + ", ".join(keys) if keys else "no foreign key links them"
+
+
+def _joined_on_it(column: str, holders: list[m.TableRef], frame: VisibleNames) -> str | None:
+    """The table to read an unqualified `column` from when every table holding it is joined on it (`FROM Invoice i
+    JOIN Customer c ON c.CustomerId = i.CustomerId … GROUP BY CustomerId`): the FROM table's when it holds it (kept by
+    a LEFT join too), else the first's, with inner joins only; None when some holder is not equated with the others."""
+    names = [r.name_in_scope.lower() for r in holders]
+    wanted = column.lower()
+    group = {names[0]}
+    grew = True
+    while grew:
+        grew = False
+        for (lt, lc), (rt, rc), kind in frame.join_equalities:
+            if lc != wanted or rc != wanted or lt not in names or rt not in names:
+                continue
+            if kind != "inner" and frame.from_name not in (lt, rt):
+                continue
+            if (lt in group) != (rt in group):
+                group |= {lt, rt}
+                grew = True
+    if group != set(names):
+        return None
+    chosen = frame.from_name if frame.from_name in names else names[0]
+    if chosen != frame.from_name and any(kind != "inner" for *_, kind in frame.join_equalities):
+        return None
+    return holders[names.index(chosen)].name_in_scope
 
 
 def _free_alias(name: str, frame: VisibleNames) -> str:

@@ -418,9 +418,11 @@ def test_the_sql_format_refines_what_the_plan_language_cannot_say(project: Confi
     answer_sql(model, "refiner", {question: "SELECT g.Name AS name FROM Genre g ORDER BY g.Name"})
     result = ask(project, question, "viewer", settings=SQL_FORMAT)
     assert result.status == "success", result.errors
-    refiner_prompt = sql_requests(model, "sql_refiner")[0]
-    content = refiner_prompt["messages"][-1]["content"]
-    assert "PLAN_UNSUPPORTED" in content and "UNION" in content and "Previous statement: SELECT Name" in content
+    asked = sql_requests(model, "sql_planner")[0]["messages"]
+    refiner = sql_requests(model, "sql_refiner")[0]["messages"]
+    assert refiner[:len(asked)] == asked  # the planner's conversation goes on: the same prompt, then its statement
+    assert refiner[len(asked)] == {"role": "assistant", "content": "SELECT Name FROM Genre UNION SELECT Name FROM MediaType"}
+    assert "PLAN_UNSUPPORTED: UNION is not supported" in refiner[-1]["content"] and len(refiner) == len(asked) + 2
 
 
 def test_the_sql_format_refuses_a_denied_table_with_the_generic_sentence(project: Config,
@@ -456,6 +458,29 @@ def test_the_sql_format_stops_when_the_refiner_repeats_a_statement(project: Conf
     assert result.status == "error" and result.errors[0].code == "PLAN_UNSUPPORTED"
     assert result.errors[0].details == ["UNION"]  # the construct the plan language lacks
     assert len(sql_requests(model, "sql_refiner")) == 1 and "REFINER_REPEATED" in [w.code for w in result.warnings]
+    # the planner was sampled `planner.resamples` times (3), each with its own seed, and said the same each time
+    samples = [r for r in sql_requests(model, "sql_planner") if "seed" in r]
+    assert [(r["temperature"], r["seed"]) for r in samples] == [(0.7, 1), (0.7, 2), (0.7, 3)]
+    assert len(sql_requests(model, "sql_planner")) == 4 and "PLANNER_RESAMPLED" not in [w.code for w in result.warnings]
+
+
+def test_the_planner_is_sampled_when_the_refiner_repeats_and_its_first_valid_answer_goes_on(
+        project: Config, model: ModelScript) -> None:
+    question = "Show genres and media types, all of them."
+    union = "SELECT Name FROM Genre UNION SELECT Name FROM MediaType"
+    # planner, refiner (repeats), then samples: the same again, one over a table the viewer may not read, a valid one
+    model.queue("text", union, union, union, "SELECT LastName FROM Employee", "SELECT g.Name AS genre FROM Genre g")
+    result = ask(project, question, "viewer", settings=SQL_FORMAT)
+    assert result.status == "success", result.errors
+    assert result.sub_queries[0].columns == ["genre_id", "genre"] and result.sub_queries[0].total_rows == 25
+    codes = [w.code for w in result.warnings]
+    assert codes.count("REFINER_REPEATED") == 1 and codes.count("PLANNER_RESAMPLED") == 1
+    assert next(w for w in result.warnings if w.code == "PLANNER_RESAMPLED").detail == {"sample": 3}
+    # none sampled when resamples is 0: refining stops where the refiner repeats
+    model.queue("text", union, union)
+    stopped = ask(project, "Show genres and media types, every one.", "viewer",
+                  settings={**SQL_FORMAT, "planner": PlannerSettings(format="sql", resamples=0)})
+    assert stopped.status == "error" and stopped.errors[0].code == "PLAN_UNSUPPORTED"
 
 
 def _planner_prompt(model: ModelScript, name: str = "PlanModel") -> str:

@@ -70,6 +70,24 @@ def test_a_configured_max_tokens_holds_for_every_call(server: Server) -> None:
     client.close()
 
 
+def test_a_sampled_call_sends_its_temperature_and_seed_over_the_models(server: Server) -> None:
+    server.answer("text", "one", "two", "three")
+    client = make_client(server)
+    client.text("planner", MESSAGES)
+    client.text("planner", MESSAGES, temperature=0.7, seed=3)
+    plain, sampled = server.requests
+    assert plain["temperature"] == 0.0 and "seed" not in plain
+    assert sampled["temperature"] == 0.7
+    assert sampled.get("seed") == (3 if isinstance(server, FakeLLMServer) else None)  # Anthropic takes no seed
+    client.close()
+    with FakeLLMServer() as fake:  # a model that rejects the parameter is sent none, sampled or not
+        fake.answer("text", "one")
+        client = make_client(fake, temperature="none")
+        client.text("planner", MESSAGES, temperature=0.7, seed=1)
+        assert "temperature" not in fake.requests[0]
+        client.close()
+
+
 def test_max_completion_tokens_for_models_that_take_only_that() -> None:
     with FakeLLMServer() as server:
         server.answer("text", "ok")

@@ -102,8 +102,10 @@ CASES = [
         "UNKNOWN_ALIAS", plan(col("inv", "Total")), "plan.select[0]",
         ["No table or alias inv is in scope here.", "In scope: i."], id="UNKNOWN_ALIAS"),
     pytest.param(
-        "AMBIGUOUS_COLUMN", plan(col(None, "CustomerId"), joins=[CUSTOMER]), "plan.select[0]",
-        ["Column CustomerId is in more than one table", "set its table to one of i, c"], id="AMBIGUOUS_COLUMN"),
+        "AMBIGUOUS_COLUMN", plan(col(None, "UnitPrice"), table="InvoiceLine", alias="il",
+                                 joins=[join("Track", "t", key(col("t", "TrackId"), col("il", "TrackId")))]),
+        "plan.select[0]", ["Column UnitPrice is in more than one table", "set its table to one of il, t"],
+        id="AMBIGUOUS_COLUMN"),
     pytest.param(
         "DUPLICATE_ALIAS",
         plan(col("i", "Total"), joins=[join("Customer", "i", key(col("i", "CustomerId"), col("i", "CustomerId")))]),
@@ -706,3 +708,31 @@ def test_a_missing_column_names_the_readable_tables_that_have_it(snapshot: Schem
     assert "Quantity is a column of InvoiceLine: join that table and take it from there." in str(error)
     error = problems(plan(col("t", "Quantity"), table="Track", alias="t"), snapshot, scopes["viewer"])
     assert "InvoiceLine" not in str(error)  # the viewer may not read it
+
+
+def test_a_column_the_tables_are_joined_on_is_read_from_one_of_them(snapshot: SchemaSnapshot,
+                                                                   scopes: dict[str, Scope]) -> None:
+    # FROM Invoice i JOIN Customer c ON c.CustomerId = i.CustomerId: an unqualified CustomerId has one value per row
+    data = plan(col(None, "CustomerId"), agg("sum", col("i", "Total")), joins=[CUSTOMER],
+                group_by=[col(None, "CustomerId")])
+    validated = check(data, snapshot, scopes["analyst"])
+    assert [r.code for r in validated.repairs] == ["JOIN_KEY_COLUMN", "JOIN_KEY_COLUMN"]
+    assert "CustomerId read as i.CustomerId" in validated.repairs[0].message
+    assert "SELECT i.CustomerId, SUM(i.Total)" in generate_sql(validated.plan, "sqlite")
+    # the FROM table is kept by a LEFT join: its value is the one
+    left = plan(col(None, "CustomerId"), joins=[join("Customer", "c", key(col("c", "CustomerId"),
+                                                                         col("i", "CustomerId")), type="left")])
+    assert [r.code for r in check(left, snapshot, scopes["analyst"]).repairs] == ["JOIN_KEY_COLUMN"]
+
+
+def test_a_column_of_tables_not_all_joined_on_it_stays_ambiguous(snapshot: SchemaSnapshot,
+                                                                 scopes: dict[str, Scope]) -> None:
+    # Track and InvoiceLine both have TrackId, joined on it, but by LEFT joins from Genre: a NULL on one side only
+    data = plan(col(None, "TrackId"), table="Genre", alias="g",
+                joins=[join("Track", "t", key(col("t", "GenreId"), col("g", "GenreId")), type="left"),
+                       join("InvoiceLine", "il", key(col("il", "TrackId"), col("t", "TrackId")), type="left")])
+    assert problems(data, snapshot, scopes["analyst"]).codes == ["AMBIGUOUS_COLUMN"]
+    # joined on another column: two values per row
+    other = plan(col(None, "UnitPrice"), table="InvoiceLine", alias="il",
+                 joins=[join("Track", "t", key(col("t", "TrackId"), col("il", "TrackId")))])
+    assert problems(other, snapshot, scopes["analyst"]).codes == ["AMBIGUOUS_COLUMN"]
