@@ -9,6 +9,7 @@ from nl2sql.aggregate import Combined, CombineSpec
 from nl2sql.datasources.models import ExecutionResult
 from nl2sql.hooks.approval import ApprovalRequest
 from nl2sql.index.retrieve import RetrievedSchema
+from nl2sql.llm.models import Message
 from nl2sql.pipeline.result import RunError, RunStatus, RunWarning
 from nl2sql.plan import PlanModel
 from nl2sql.verified.match import VerifiedMatch
@@ -44,6 +45,8 @@ class SubQuery:
     written_sql: str | None = None
     #: The plans the refiner was shown or returned (canonical JSON): one it returns again ends the refining.
     tried_plans: set[str] = field(default_factory=set)
+    #: In the `sql` planner format: the planner's prompt, which the refiner and the planner's samples continue.
+    planner_messages: list[Message] = field(default_factory=list)
     #: The planner's samples drawn so far (each the seed of the next: see `steps.resampled_sql`).
     samples: int = 0
     timings_ms: dict[str, float] = field(default_factory=dict)

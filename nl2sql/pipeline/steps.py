@@ -204,7 +204,7 @@ def plan_sub_query(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
         return
     assert sq.retrieved is not None
     if _writes_sql(ctx):
-        messages = sql_planner_messages(ctx, state, sq)
+        messages = sq.planner_messages = sql_planner_messages(ctx, state, sq)
         sq.prompt_chars["planner"] = sum(len(m.content) for m in messages)
         sq.plan_source = "planner"
         written = prompts.sql_answer(ctx.llm.text("planner", messages))
@@ -378,7 +378,7 @@ def refine_sql(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     assert sq.error is not None and sq.retrieved is not None
     if sq.written_sql:
         sq.tried_plans.add(_sql_key(sq.written_sql))
-    asked = sql_planner_messages(ctx, state, sq)
+    asked = sq.planner_messages or sql_planner_messages(ctx, state, sq)  # a cached plan's sub-query asked none
     messages = prompts.sql_refiner_messages(asked, sq.written_sql, [f"{sq.error.code}: {sq.error.message}"])
     sq.prompt_chars["refiner"] = sq.prompt_chars.get("refiner", 0) + sum(len(m.content) for m in messages)
     sql = prompts.sql_answer(ctx.llm.text("refiner", messages)).sql

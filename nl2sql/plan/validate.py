@@ -83,8 +83,7 @@ class VisibleNames:
     parent: VisibleNames | None = None
     #: joins a repair added (a column's own table, one foreign key away): appended to the plan's joins
     added_joins: list[m.Join] = field(default_factory=list)
-    #: the FROM table's name in scope, and the join keys compared for equality (lower-cased names, join type)
-    from_name: str = ""
+    #: the join keys compared for equality (lower-cased names, join type)
     join_equalities: list[tuple[tuple[str, str], tuple[str, str], str]] = field(default_factory=list)
 
     def lookup(self, name: str) -> tuple[m.TableRef, TableInfo | None] | None:
@@ -277,7 +276,6 @@ class PlanValidator:
                 joins += self._join(join, frame, f"{path}.joins[{j}]")
             joins.append(join)
         plan.joins[:] = joins
-        frame.from_name = plan.from_.name_in_scope.lower()
         frame.join_equalities = [((k.left.table.lower(), k.left.column.lower()),
                                   (k.right.table.lower(), k.right.column.lower()), join.type)
                                  for join in joins for k in join.on if k.left.table and k.right.table]
@@ -721,6 +719,7 @@ def _joined_on_it(column: str, holders: list[m.TableRef], frame: VisibleNames) -
     JOIN Customer c ON c.CustomerId = i.CustomerId … GROUP BY CustomerId`): the FROM table's when it holds it (kept by
     a LEFT join too), else the first's, with inner joins only; None when some holder is not equated with the others."""
     names = [r.name_in_scope.lower() for r in holders]
+    from_name = next(iter(frame.tables), "")  # the FROM table is the first brought into scope
     wanted = column.lower()
     group = {names[0]}
     grew = True
@@ -729,15 +728,15 @@ def _joined_on_it(column: str, holders: list[m.TableRef], frame: VisibleNames) -
         for (lt, lc), (rt, rc), kind in frame.join_equalities:
             if lc != wanted or rc != wanted or lt not in names or rt not in names:
                 continue
-            if kind != "inner" and frame.from_name not in (lt, rt):
+            if kind != "inner" and from_name not in (lt, rt):
                 continue
             if (lt in group) != (rt in group):
                 group |= {lt, rt}
                 grew = True
     if group != set(names):
         return None
-    chosen = frame.from_name if frame.from_name in names else names[0]
-    if chosen != frame.from_name and any(kind != "inner" for *_, kind in frame.join_equalities):
+    chosen = from_name if from_name in names else names[0]
+    if chosen != from_name and any(kind != "inner" for *_, kind in frame.join_equalities):
         return None
     return holders[names.index(chosen)].name_in_scope
 
