@@ -19,6 +19,7 @@ nl2sql.errors.PlanUnsupported: UNION is not supported. Ask for one result set: .
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from functools import cache
 from typing import get_args
@@ -43,8 +44,10 @@ FUNCTIONS = "ROUND, COALESCE, NULLIF, ABS, LOWER, UPPER, LENGTH, CONCAT (or ||) 
 #: Date parts the plan knows, by the names EXTRACT takes.
 #: a date formatted to one part (the format as sqlglot normalises it, strftime's) and to one period
 FORMAT_PARTS = {"%Y": "year", "%m": "month", "%d": "day", "%H": "hour", "%M": "minute", "%w": "day_of_week"}
-#: not '%Y-%m': its text ('2010-03') compared with a literal written the same way would miss the plan's month start
-FORMAT_PERIODS = {"%Y-%m-%d": "day", "%Y-%m-01": "month", "%Y-01-01": "year"}
+FORMAT_PERIODS = {"%Y-%m-%d": "day", "%Y-%m-01": "month", "%Y-%m": "month", "%Y-01-01": "year"}
+#: A month written as text, as '%Y-%m' formats a date ('2010-03'): compared with such a date, it is read as the month's
+#: first day, as the date is (the plan's month is its start), so `STRFTIME('%Y-%m', d) = '2010-03'` still matches.
+MONTH_TEXT = re.compile(r"\d{4}-\d{2}")
 EXTRACT_PARTS = {"YEAR": "year", "QUARTER": "quarter", "MONTH": "month", "DAY": "day", "HOUR": "hour",
                  "MINUTE": "minute", "DOW": "day_of_week"}
 #: Dialects where EXTRACT(DAYOFWEEK …) and DAYOFWEEK(…) count from 0 = Sunday, as the plan does.
@@ -127,6 +130,13 @@ def _unparen(node: exp.Expression) -> exp.Expression:
     while isinstance(node, exp.Paren):
         node = node.this
     return node
+
+
+def _month_text(node: exp.Expression) -> bool:
+    """Whether `node` formats a date as its month's text ('%Y-%m': '2010-03')."""
+    node = _unparen(node)
+    fmt = node.args.get("format") if isinstance(node, exp.TimeToStr) else None
+    return isinstance(fmt, exp.Literal) and fmt.this == "%Y-%m"
 
 
 def _empty(value: object) -> bool:
@@ -690,12 +700,13 @@ class SQLReader:
             if isinstance(_unparen(node.expression), exp.Any | exp.All):
                 raise self.unsupported("ANY / ALL", "Use IN (SELECT …), or compare with MIN / MAX in a scalar "
                                        "sub-query.", node)
-            return m.Comparison(op=COMPARISONS[type(node)], left=self.expr(node.this), right=self.expr(node.expression))
+            left, right = self._compared([node.this, node.expression])
+            return m.Comparison(op=COMPARISONS[type(node)], left=left, right=right)
         if isinstance(node, exp.In):
             return self._in(node)
         if isinstance(node, exp.Between):
-            return m.Between(expr=self.expr(node.this), low=self.expr(node.args["low"]),
-                             high=self.expr(node.args["high"]))
+            subject, low, high = self._compared([node.this, node.args["low"], node.args["high"]])
+            return m.Between(expr=subject, low=low, high=high)
         if isinstance(node, exp.Like | exp.ILike):
             return self._like(node)
         if isinstance(node, exp.Escape):
@@ -723,7 +734,21 @@ class SQLReader:
         query = node.args.get("query")
         if query is not None:
             return m.InSubquery(expr=self.expr(node.this), plan=self.plan(query))
-        return m.InList(expr=self.expr(node.this), values=[self.expr(v) for v in node.expressions])
+        subject, *values = self._compared([node.this, *node.expressions])
+        return m.InList(expr=subject, values=values)
+
+    def _compared(self, nodes: list[exp.Expression]) -> list[m.ExprNode]:
+        """Operands compared with one another; beside a date formatted as '%Y-%m', a month written as text
+        ('2010-03') is read as the month's first day, as the date is."""
+        months = any(_month_text(node) for node in nodes)
+        read: list[m.ExprNode] = []
+        for node in nodes:
+            bare = _unparen(node)
+            if months and isinstance(bare, exp.Literal) and bare.is_string and MONTH_TEXT.fullmatch(bare.this):
+                read.append(m.Value(value=f"{bare.this}-01"))
+            else:
+                read.append(self.expr(node))
+        return read
 
     def _like(self, node: exp.Like | exp.ILike) -> m.Like:
         if node.args.get("escape") is not None:

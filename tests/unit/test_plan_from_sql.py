@@ -122,6 +122,8 @@ def test_expressions() -> None:
     ("sqlite", "SELECT CAST(strftime('%w', InvoiceDate) AS INT) FROM Invoice", m.DatePartOf(part="day_of_week", arg=col(None, "InvoiceDate"))),
     ("sqlite", "SELECT strftime('%Y-%m-01', InvoiceDate) FROM Invoice", m.DateTrunc(unit="month", arg=col(None, "InvoiceDate"))),
     ("sqlite", "SELECT DATE(InvoiceDate) FROM Invoice", m.DateTrunc(unit="day", arg=col(None, "InvoiceDate"))),
+    ("sqlite", "SELECT strftime('%Y-%m', InvoiceDate) FROM Invoice", m.DateTrunc(unit="month", arg=col(None, "InvoiceDate"))),
+    ("postgres", "SELECT TO_CHAR(x, 'YYYY-MM') FROM Invoice", m.DateTrunc(unit="month", arg=col(None, "x"))),
     # a date formatted to one part or one day: what small models write
     ("sqlite", "SELECT strftime('%Y', i.InvoiceDate) FROM Invoice i", m.DatePartOf(part="year", arg=col("i", "InvoiceDate"))),
     ("sqlite", "SELECT strftime('%m', InvoiceDate) FROM Invoice", m.DatePartOf(part="month", arg=col(None, "InvoiceDate"))),
@@ -186,7 +188,7 @@ UNSUPPORTED = [
     ("SELECT REPLACE(a, 'x', 'y') FROM t", "The function REPLACE is not supported", "ROUND, COALESCE"),
     ("SELECT MEDIAN(a) FROM t", "is not supported", "COUNT, SUM, AVG, MIN and MAX"),
     ("SELECT GROUP_CONCAT(a) FROM t", "GROUP_CONCAT|GROUPCONCAT", "one row per value"),
-    ("SELECT strftime('%Y-%m', d) FROM t", "The function TIME_TO_STR is not supported", "STRFTIME('%Y-%m-01'"),
+    ("SELECT strftime('%Y-%W', d) FROM t", "The function TIME_TO_STR is not supported", "STRFTIME('%Y-%m-01'"),
     ("SELECT CAST(a AS TEXT) FROM t", "CAST is not supported", "Leave the cast out"),
     ("SELECT a > 1 FROM t", "A condition used as a value is not supported", "CASE WHEN"),
     ("SELECT a % 2 FROM t", "is not supported", "+ - * /"),
@@ -266,14 +268,43 @@ def _hand_written() -> list:
 @pytest.mark.parametrize(("name", "sql", "order_matters"), _hand_written())
 def test_hand_written_sql_gives_the_same_rows(name: str, sql: str, order_matters: bool, chinook_path: Path,
                                               demo_config) -> None:
-    from nl2sql.datasources import adapter_class
-    from nl2sql.policies import scope
-
     expected_error = HAND_UNSUPPORTED.get(name)
     if expected_error:
         with pytest.raises(PlanUnsupported, match=expected_error):
             plan_from_sql(sql, "sqlite")
         return
+    _assert_same_rows(sql, order_matters, chinook_path, demo_config)
+
+
+#: A month written as text beside a date formatted '%Y-%m' is read as the month's start, as the date is.
+MONTH_TEXT_SQL = [
+    "SELECT InvoiceId FROM Invoice WHERE strftime('%Y-%m', InvoiceDate) = '2010-03'",
+    "SELECT InvoiceId FROM Invoice WHERE strftime('%Y-%m', InvoiceDate) BETWEEN '2010-02' AND '2010-04'",
+    "SELECT InvoiceId FROM Invoice WHERE strftime('%Y-%m', InvoiceDate) IN ('2009-12', '2011-06')",
+    "SELECT InvoiceId FROM Invoice WHERE strftime('%Y-%m', InvoiceDate) > '2013-10'",
+    "SELECT COUNT(*), SUM(Total) FROM Invoice "
+    "WHERE strftime('%Y-%m', InvoiceDate) = (SELECT MIN(strftime('%Y-%m', InvoiceDate)) FROM Invoice)",
+    "SELECT COUNT(*) FROM Invoice GROUP BY strftime('%Y-%m', InvoiceDate)",
+]
+
+
+@pytest.mark.parametrize("sql", MONTH_TEXT_SQL)
+def test_month_text_gives_the_same_rows(sql: str, chinook_path: Path, demo_config) -> None:
+    _assert_same_rows(sql, False, chinook_path, demo_config)
+
+
+def test_month_text_reads_as_the_month_start() -> None:
+    where = plan_from_sql("SELECT a FROM t WHERE strftime('%Y-%m', d) = '2010-03' AND b = '2010-03'", "sqlite").where
+    month = m.DateTrunc(unit="month", arg=col(None, "d"))
+    assert where.conditions == [m.Comparison(op="=", left=month, right=m.Value(value="2010-03-01")),
+                                m.Comparison(op="=", left=col(None, "b"), right=m.Value(value="2010-03"))]
+
+
+def _assert_same_rows(sql: str, order_matters: bool, chinook_path: Path, demo_config) -> None:
+    """`sql` and the statement generated from its validated plan return the same rows on Chinook."""
+    from nl2sql.datasources import adapter_class
+    from nl2sql.policies import scope
+
     plan = plan_from_sql(sql, "sqlite")
     adapter = adapter_class("sqlite")("chinook", f"sqlite:///{chinook_path}")
     try:
