@@ -3,7 +3,6 @@ snapshot and diff), with progress and a summary as Prefect artifacts and index e
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -18,7 +17,7 @@ from nl2sql.errors import DatasourceError, IndexBuildFailed, NL2SQLError
 from nl2sql.events import EventBus
 from nl2sql.events.prefect_events import forward_to_prefect
 from nl2sql.events.prefect_logs import guard_prefect_logs
-from nl2sql.index.build import BuildResult
+from nl2sql.index.build import BuildResult, build_datasource
 from nl2sql.index.embed import shared_embedder
 from nl2sql.index.store import StateStore
 from nl2sql.project import load_project
@@ -75,56 +74,20 @@ class _Progress:
 
 def build_one(config: Config, catalog: DatasourceCatalog, store: StateStore, datasource_id: str, *, full: bool,
               bus: EventBus, report: Callable[[str, int, int], None]) -> BuildResult:
-    """One datasource's build as tasks; events on the bus; the previous build stays live on any failure."""
+    """One datasource's build, each stage a task run; events on the bus; the previous build stays live on any
+    failure."""
     ds = config.datasource(datasource_id)
-    embedder = shared_embedder()
-    bus.publish("index.started", datasource_id=datasource_id, full=full)
-    seconds: dict[str, float] = {}
-    started = time.perf_counter()
     try:
         adapter = catalog.get(datasource_id)
-        plan = index_tasks.reflect(adapter, store, full=full)
     except NL2SQLError as exc:
+        bus.publish("index.started", datasource_id=datasource_id, full=full)
         bus.publish("datasource.failed", datasource_id=datasource_id, message=exc.message, fix=exc.fix)
         bus.publish("index.failed", datasource_id=datasource_id, message=str(exc))
         raise
-    seconds["reflect"] = time.perf_counter() - started
-    try:
-        mark = time.perf_counter()
-        def column_failed(table: str, column: str, stage: str, message: str) -> None:
-            bus.publish("index.column_failed", datasource_id=datasource_id, table=table, column=column, stage=stage,
-                        message=message)
-
-        profiles = index_tasks.profile(adapter, plan, config.settings.profile, report, column_failed)
-        seconds["profile"] = time.perf_counter() - mark
-        mark = time.perf_counter()
-        entries = index_tasks.entries(plan, profiles, sample_questions=ds.sample_questions, verified=index_entries_of(ds),
-                                 description=ds.description)
-        seconds["entries"] = time.perf_counter() - mark
-        build_id = store.begin_build(datasource_id, embedder.model_id)  # invisible until it commits
-        try:
-            mark = time.perf_counter()
-            vectors, embedded, cached = index_tasks.embed(entries, embedder, store, report)
-            seconds["embed"] = time.perf_counter() - mark
-            mark = time.perf_counter()
-            replaced, kind, recall = index_tasks.commit(store, build_id, plan, entries, vectors, keep=config.storage.keep_builds)
-            seconds["commit"] = time.perf_counter() - mark
-        except BaseException as exc:
-            store.fail_build(build_id, f"{type(exc).__name__}: {exc}")
-            raise
-    except Exception as exc:
-        bus.publish("index.failed", datasource_id=datasource_id, message=f"{type(exc).__name__}: {exc}")
-        raise
-    counts: dict[str, int] = {}
-    for entry in entries:
-        counts[entry.kind] = counts.get(entry.kind, 0) + 1
-    bus.publish("index.swapped", datasource_id=datasource_id, build_id=build_id, replaced_build_id=replaced,
-                counts=counts, embedded=embedded, cached=cached, changed_tables=len(plan.changed_tables))
-    return BuildResult(datasource_id=datasource_id, build_id=build_id, replaced=replaced, fingerprint=plan.fingerprint,
-                       counts=counts, embedded=embedded, cached=cached, index_kind=kind, recall_at_20=recall,
-                       seconds={k: round(v, 3) for k, v in seconds.items()},
-                       diff=plan.diff, tables=len(plan.snapshot.tables),
-                       changed_tables=plan.changed_tables)
+    return build_datasource(adapter, store, shared_embedder(), profile=config.settings.profile,
+                            keep=config.storage.keep_builds, sample_questions=ds.sample_questions,
+                            verified=index_entries_of(ds), description=ds.description, full=full, progress=report,
+                            publish=bus.publish, run_stage=index_tasks.run_stage)
 
 
 def summary_markdown(results: list[BuildResult], failures: dict[str, str]) -> str:

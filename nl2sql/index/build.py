@@ -1,9 +1,11 @@
-"""Building one datasource's index: reflect → profile → entries → embed → FAISS → commit → snapshot and diff.
+"""Building one datasource's index: reflect → profile → entries → embed → commit (FAISS, live pointer, snapshot
+and diff).
 
-Each stage is a plain function (the index flow runs them as Prefect tasks). Rebuilds are
-incremental: tables whose shape and row count are unchanged since the live build keep their
-entries (no profiling), and every entry's vector comes from the embedding cache when its text
-was embedded before, so a rebuild after one table changes embeds only that table's entries.
+The stages are declared once (`BUILD`) and driven by one function (`build_datasource`): in place, one after
+another, or each as a Prefect task (the `index-build` flow hands it `tasks/index.run_stage`); either way the same
+events, timings and failure handling. Rebuilds are incremental: tables whose shape and row count are unchanged
+since the live build keep their entries (no profiling), and every entry's vector comes from the embedding cache
+when its text was embedded before, so a rebuild after one table changes embeds only that table's entries.
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from nl2sql.config.models import ProfileSettings
 from nl2sql.datasources.base import Adapter
 from nl2sql.datasources.models import ColumnProfile, SchemaSnapshot
+from nl2sql.errors import NL2SQLError
 from nl2sql.index.chunks import ENTRY_FORMAT, Entry, build_entries, qualified
 from nl2sql.index.embed import Embedder
 from nl2sql.index.store import StateStore
@@ -149,43 +153,6 @@ def embed_entries(entries: Sequence[Entry], embedder: Embedder, store: StateStor
     return matrix.astype(np.float32), len(missing), len(hashes) - len(missing)
 
 
-def build_datasource(adapter: Adapter, store: StateStore, embedder: Embedder, *, profile: ProfileSettings,
-                     keep: int = 3, sample_questions: Sequence[str] = (), verified: Sequence[VerifiedQuery] = (),
-                     description: str = "", full: bool = False, progress: Progress | None = None) -> BuildResult:
-    """Every stage for one datasource, in one call (the flow runs the same functions as tasks)."""
-    seconds: dict[str, float] = {}
-    clock = time.perf_counter()
-
-    def lap(stage: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        seconds[stage] = round(now - clock, 3)
-        clock = now
-
-    plan = plan_build(adapter, store, full=full)
-    lap("reflect")
-    profiles = profile_tables(adapter, plan, profile, progress)
-    lap("profile")
-    entries = make_entries(plan, profiles, sample_questions=sample_questions, verified=verified,
-                           description=description)
-    lap("entries")
-    build_id = store.begin_build(adapter.datasource_id, embedder.model_id)
-    try:
-        vectors, embedded, cached = embed_entries(entries, embedder, store, progress)
-        lap("embed")
-        result = commit_index(store, build_id, plan, entries, vectors, keep=keep)
-        lap("commit")
-    except BaseException as exc:
-        store.fail_build(build_id, f"{type(exc).__name__}: {exc}")
-        raise
-    replaced, kind, recall = result
-    return BuildResult(datasource_id=adapter.datasource_id, build_id=build_id, replaced=replaced,
-                       fingerprint=plan.fingerprint, counts=dict(Counter(e.kind for e in entries)), embedded=embedded,
-                       cached=cached, index_kind=kind, recall_at_20=recall, seconds=seconds,
-                       diff=plan.diff, tables=len(plan.snapshot.tables),
-                       changed_tables=plan.changed_tables)
-
-
 def commit_index(store: StateStore, build_id: str, plan: BuildPlan, entries: Sequence[Entry], vectors: np.ndarray,
                  *, keep: int) -> tuple[str | None, str, float | None]:
     """Write the FAISS file and the entries, then switch the live pointer; (replaced build, kind, recall@20)."""
@@ -199,3 +166,85 @@ def commit_index(store: StateStore, build_id: str, plan: BuildPlan, entries: Seq
                                   diff=plan.diff, index_kind=kind,
                                   entry_count=len(entries), stats=stats, keep=keep)
     return replaced, kind, recall
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of a build: its name (the task's), the function, and whether it is safe to repeat."""
+
+    name: str
+    fn: Callable[..., Any]
+    retries: int = 0
+
+
+#: The build's stages, in order.
+BUILD = (
+    Stage("reflect", plan_build, retries=1),
+    Stage("profile", profile_tables),
+    Stage("entries", make_entries),
+    Stage("embed", embed_entries),
+    Stage("commit", commit_index),
+)
+STAGES = {stage.name: stage for stage in BUILD}
+#: (stage, *args, **kwargs) → the stage function's result: how a stage runs (in place, or as a task run).
+RunStage = Callable[..., Any]
+#: (event name, **fields): where a build's events go (the run's event bus).
+Publish = Callable[..., None]
+
+
+def run_in_place(stage: Stage, *args: Any, **kwargs: Any) -> Any:
+    """Run a stage here and now."""
+    return stage.fn(*args, **kwargs)
+
+
+def build_datasource(adapter: Adapter, store: StateStore, embedder: Embedder, *, profile: ProfileSettings,
+                     keep: int = 3, sample_questions: Sequence[str] = (), verified: Sequence[VerifiedQuery] = (),
+                     description: str = "", full: bool = False, progress: Progress | None = None,
+                     publish: Publish | None = None, run_stage: RunStage = run_in_place) -> BuildResult:
+    """Every stage of one datasource's build, each through `run_stage`; events through `publish`; the previous
+    build stays live on any failure."""
+    datasource_id = adapter.datasource_id
+    emit: Publish = publish or (lambda name, **fields: None)
+    seconds: dict[str, float] = {}
+
+    def stage(name: str, *args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        result = run_stage(STAGES[name], *args, **kwargs)
+        seconds[name] = round(time.perf_counter() - started, 3)
+        return result
+
+    def column_failed(table: str, column: str, stage_name: str, message: str) -> None:
+        emit("index.column_failed", datasource_id=datasource_id, table=table, column=column, stage=stage_name,
+             message=message)
+
+    emit("index.started", datasource_id=datasource_id, full=full)
+    try:
+        plan = stage("reflect", adapter, store, full=full)
+    except NL2SQLError as exc:  # the database could not be read: a datasource problem, with its fix
+        emit("datasource.failed", datasource_id=datasource_id, message=exc.message, fix=exc.fix)
+        emit("index.failed", datasource_id=datasource_id, message=str(exc))
+        raise
+    except Exception as exc:
+        emit("index.failed", datasource_id=datasource_id, message=f"{type(exc).__name__}: {exc}")
+        raise
+    try:
+        profiles = stage("profile", adapter, plan, profile, progress, column_failed)
+        entries = stage("entries", plan, profiles, sample_questions=sample_questions, verified=verified,
+                        description=description)
+        build_id = store.begin_build(datasource_id, embedder.model_id)  # invisible until it commits
+        try:
+            vectors, embedded, cached = stage("embed", entries, embedder, store, progress)
+            replaced, kind, recall = stage("commit", store, build_id, plan, entries, vectors, keep=keep)
+        except BaseException as exc:
+            store.fail_build(build_id, f"{type(exc).__name__}: {exc}")
+            raise
+    except Exception as exc:
+        emit("index.failed", datasource_id=datasource_id, message=f"{type(exc).__name__}: {exc}")
+        raise
+    counts = dict(Counter(e.kind for e in entries))
+    emit("index.swapped", datasource_id=datasource_id, build_id=build_id, replaced_build_id=replaced, counts=counts,
+         embedded=embedded, cached=cached, changed_tables=len(plan.changed_tables))
+    return BuildResult(datasource_id=datasource_id, build_id=build_id, replaced=replaced, fingerprint=plan.fingerprint,
+                       counts=counts, embedded=embedded, cached=cached, index_kind=kind, recall_at_20=recall,
+                       seconds=seconds, diff=plan.diff, tables=len(plan.snapshot.tables),
+                       changed_tables=plan.changed_tables)

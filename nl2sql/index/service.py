@@ -78,7 +78,8 @@ def build_configured(config: Config, store: StateStore, embedder: Embedder | Non
     embedder = embedder or shared_embedder()
     with DatasourceCatalog(config) as catalog:
         return [build_datasource(catalog.get(ds.id), store, embedder, profile=config.settings.profile,
-                                 sample_questions=ds.sample_questions, verified=index_entries_of(ds),
+                                 keep=config.storage.keep_builds, sample_questions=ds.sample_questions,
+                                 verified=index_entries_of(ds),
                                  description=ds.description) for ds in config.datasources]
 
 

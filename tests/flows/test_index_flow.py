@@ -58,6 +58,18 @@ def test_flow_builds_publishes_and_reports(prefect_server: None, project: Path, 
     kinds = {a.type for a in asyncio.run(artifacts())}
     assert {"markdown", "progress"} <= kinds
 
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    from nl2sql.index.build import BUILD
+
+    async def task_names() -> set[str]:
+        async with get_client() as client:
+            runs = await client.read_task_runs(flow_run_filter=FlowRunFilter(
+                id=FlowRunFilterId(any_=[state.state_details.flow_run_id])))
+            return {run.name.rsplit("-", 1)[0] for run in runs}  # a task run is named `<task>-<suffix>`
+
+    assert asyncio.run(task_names()) == {stage.name for stage in BUILD}  # one task per declared stage
+
 
 def test_cli_build_then_retrieve(prefect_server: None, project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from tests.e2e.test_cli import run_cli

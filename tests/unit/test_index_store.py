@@ -162,3 +162,31 @@ def test_an_index_of_another_precision_is_re_embedded_and_a_mismatch_is_told(
     again = build(support_copy, store)  # the int8 embedder: nothing of the float build's cache is reused
     assert again.cached == 0 and again.embedded == sum(first.counts.values())
     assert store.live_build("support").model_id == shared_embedder().model_id
+
+
+def test_a_build_in_place_runs_the_declared_stages_and_publishes(support_copy: Path, tmp_path: Path) -> None:
+    from nl2sql.index.build import BUILD, run_in_place
+
+    ran: list[str] = []
+    events: list[tuple[str, dict]] = []
+
+    def recording(stage, *args, **kwargs):
+        ran.append(stage.name)
+        return run_in_place(stage, *args, **kwargs)
+
+    result = build(support_copy, StateStore(tmp_path / "state"), run_stage=recording,
+                   publish=lambda name, **fields: events.append((name, fields)))
+    assert ran == [stage.name for stage in BUILD] == list(result.seconds)
+    assert [name for name, _ in events] == ["index.started", "index.swapped"]
+    assert events[1][1]["build_id"] == result.build_id and events[1][1]["counts"] == result.counts
+
+
+def test_a_build_that_cannot_read_its_database_publishes_why(tmp_path: Path) -> None:
+    from nl2sql.errors import NL2SQLError
+
+    store = StateStore(tmp_path / "state")
+    events: list[str] = []
+    with pytest.raises(NL2SQLError):
+        build(tmp_path / "missing.sqlite", store, publish=lambda name, **fields: events.append(name))
+    assert events == ["index.started", "datasource.failed", "index.failed"]
+    assert store.live_build("support") is None
