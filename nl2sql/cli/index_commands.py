@@ -1,4 +1,4 @@
-"""`nl2sql index build|versions` and `nl2sql retrieve`."""
+"""`nl2sql index build|versions|check|diff` and `nl2sql retrieve`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from rich.table import Table
 
 from nl2sql.cli.options import JsonOption, RoleOption, UserOption, app, console, err_console
 
-index_app = typer.Typer(help="The schema index: build it, list its versions.", no_args_is_help=True)
+index_app = typer.Typer(help="The schema index: build it, list its versions, check it for drift.", no_args_is_help=True)
 app.add_typer(index_app, name="index")
 
 
@@ -80,6 +80,89 @@ def index_versions(ctx: typer.Context, datasource: Annotated[str, typer.Argument
     console.print(table)
     if not builds:
         console.print(f"No builds yet: run `nl2sql index build --datasource {datasource}`.")
+
+
+@index_app.command("check")
+def index_check_command(
+    ctx: typer.Context,
+    datasource: Annotated[list[str] | None, typer.Option("--datasource", "-d", help="Only these datasources.")] = None,
+    role: Annotated[str | None, typer.Option("--role", "-r", help="Show only what this role may see (default: "
+                                             "everything, as the nightly check sees it).")] = None,
+    suite: Annotated[list[str] | None, typer.Option("--suite", help="Eval suites whose gold SQL is checked (default: "
+                                                    "evals.suites).")] = None,
+    no_expectations: Annotated[bool, typer.Option("--no-expectations", help="Skip the data expectations.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Check the live schema and data against the live index build (a Prefect flow run): exit 0 unchanged,
+    1 drifted, 2 failed."""
+    from rich.markdown import Markdown
+
+    from nl2sql.policies import role_rules
+
+    config = ctx.obj.config()
+    for ds in datasource or []:
+        config.datasource(ds)
+    if role:
+        role_rules(config.policies, role)
+    from nl2sql.flows.drift import drift_check
+
+    outcome = drift_check(datasource_ids=datasource or None, config=str(config.path), role=role,
+                          suites=suite or None, expectations=not no_expectations)
+    if as_json:
+        typer.echo(json.dumps(outcome["reports"], indent=2))
+        raise typer.Exit(outcome["exit_code"])
+    from nl2sql.index.drift import DriftReport
+
+    colours = {"unchanged": "green", "not_indexed": "yellow", "drifted": "bold red", "failed": "bold red"}
+    for data in outcome["reports"]:
+        report = DriftReport.model_validate(data)
+        console.print(f"[{colours[report.status]}]{escape(report.datasource_id)}: {report.status}[/]"
+                      + (f" ({escape(report.diff.summary())})" if not report.diff.empty else ""))
+        if report.status in ("drifted", "failed"):
+            console.print(Markdown(report.markdown().split("\n", 3)[-1]))
+        elif report.message:
+            console.print(escape(report.message))
+    raise typer.Exit(outcome["exit_code"])
+
+
+@index_app.command("diff")
+def index_diff_command(
+    ctx: typer.Context,
+    datasource: Annotated[str, typer.Argument(help="Datasource id.")],
+    version: Annotated[str | None, typer.Option("--version", help="A build id (`nl2sql index versions`; default: "
+                                                "the live build).")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """What a build of the index changed in the schema, against the build before it."""
+    from nl2sql.errors import NL2SQLError, did_you_mean
+    from nl2sql.index.store import StateStore
+
+    config = ctx.obj.config()
+    config.datasource(datasource)
+    store = StateStore(config.state_dir)
+    builds = {b.build_id: b for b in store.builds(datasource) if b.status == "committed"}
+    build = store.live_build(datasource) if version is None else builds.get(version)
+    if build is None:
+        if version is None:
+            raise NL2SQLError(f"{datasource} has no live build.", fix=f"Run `nl2sql index build -d {datasource}`.")
+        guess = did_you_mean(version, list(builds))
+        raise NL2SQLError(f"{datasource} has no build {version}." + (f" Did you mean {guess}?" if guess else ""),
+                          fix=f"See `nl2sql index versions {datasource}`.")
+    found = [(old, new, at, diff) for old, new, at, diff in store.diffs(datasource) if new == build.fingerprint]
+    if not found:
+        raise NL2SQLError(f"No schema diff is recorded for build {build.build_id}.",
+                          fix=f"See `nl2sql index versions {datasource}`.")
+    old, new, _, diff = found[-1]
+    if as_json:
+        typer.echo(json.dumps({"build_id": build.build_id, "from_fingerprint": old, "to_fingerprint": new,
+                               **diff.model_dump(mode="json")}, indent=2))
+        return
+    from nl2sql.index.drift import diff_lines
+
+    console.print(f"Build {build.build_id} of {datasource}: {diff.summary()}"
+                  + ("" if old else " (the first build: every table added)"))
+    for line in diff_lines(diff):
+        console.print(escape(line))
 
 
 @app.command("retrieve")

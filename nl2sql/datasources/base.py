@@ -335,6 +335,14 @@ class Adapter(ABC):
             ))
         return out
 
+    def sample_columns(self, table: TableInfo, columns: Sequence[str], *, sample_rows: int = 100_000) -> pd.DataFrame:
+        """At most `sample_rows` rows of some columns of a table, values as the driver returns them (object
+        columns: no NaN for NULL, no float for an integer column with NULLs): what data expectations check."""
+        select = exp.select(*(exp.column(_ident(c)) for c in columns)).from_(
+            table_expression(table.name, table.schema_name)).limit(sample_rows)
+        _, rows = self._fetch(select.sql(dialect=self.dialect), row_limit=sample_rows, timeout_s=120)
+        return pd.DataFrame(rows, columns=list(columns), dtype=object)
+
     def _frequent_values(self, table: TableInfo, column: str, sample_rows: int, limit: int) -> list[str]:
         """The `limit` most frequent non-null values of one column in the sample (most frequent first)."""
         return self._frequent_values_of(table, [column], sample_rows, limit)[column]

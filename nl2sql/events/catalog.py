@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -232,13 +232,13 @@ class SanityFlagged(EventData):
 
 
 class SchemaDrifted(EventData):
-    """A datasource's live schema differs from its live index build."""
+    """A datasource's live schema or data differs from its live index build: counts only, never a table, column
+    or value (the drift check's report, cut to the caller's scope, names them)."""
 
     datasource_id: str
-    added_tables: list[str] = Field(default_factory=list)
-    removed_tables: list[str] = Field(default_factory=list)
-    changed_tables: list[str] = Field(default_factory=list)
-    impact: dict[str, Any] = Field(default_factory=dict)
+    changes: dict[str, int] = Field(default_factory=dict, description="Schema changes by kind.")
+    impact: dict[str, int] = Field(default_factory=dict, description="What the change breaks, by kind.")
+    failed_expectations: int = 0
 
 
 class RetentionPurged(EventData):

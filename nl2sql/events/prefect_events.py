@@ -4,7 +4,7 @@ Whoever reaches Prefect's API reads its events (Prefect OSS has no login), so on
 may see is forwarded. Each forwarded event name lists the fields Prefect receives; an event name not
 listed stays in process. The streamed answer (`answer.delta`) is made of row values and never leaves
 the process; free text that may quote a value (an engine fault's message, a hook's reason written after
-it read the rows, a result check's message, a drift's impact) is left out of the events that carry it.
+it read the rows, a result check's message) is left out of the events that carry it.
 
 >>> from nl2sql.events.catalog import Event
 >>> for_prefect(Event(name="answer.delta", data={"text": "alice@example.com"}, timestamp=0.0)) is None
@@ -58,7 +58,7 @@ FORWARDED_FIELDS: dict[str, frozenset[str]] = {
     "index.failed": _all("datasource_id", "message"),
     "index.column_failed": _all("datasource_id", "table", "column", "stage", "message"),
     "datasource.failed": _all("datasource_id", "message", "fix"),
-    "schema.drifted": _all("datasource_id", "added_tables", "removed_tables", "changed_tables"),
+    "schema.drifted": _all("datasource_id", "changes", "impact", "failed_expectations"),  # counts only
     "retention.purged": _all("counts"),
 }
 

@@ -8,29 +8,22 @@ from typing import Any, ClassVar
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
-from prefect.runtime import flow_run
 
 from nl2sql.blocks import load_datasource_url
-from nl2sql.config import Config, config_path
+from nl2sql.config import Config
 from nl2sql.datasources import DatasourceCatalog
 from nl2sql.errors import DatasourceError, IndexBuildFailed, NL2SQLError
 from nl2sql.events import EventBus
 from nl2sql.events.prefect_events import forward_to_prefect
-from nl2sql.events.prefect_logs import guard_prefect_logs
+from nl2sql.flows.datasource_runs import open_datasource_run, run_name
 from nl2sql.index.build import BuildResult, build_datasource
 from nl2sql.index.embed import shared_embedder
 from nl2sql.index.store import StateStore
-from nl2sql.project import load_project
 from nl2sql.tasks import index as index_tasks
 from nl2sql.verified.match import index_entries_of
 
 #: Process-local listeners of build progress (the CLI's progress bar): (datasource, stage, done, total).
 PROGRESS_LISTENERS: list[Callable[[str, str, int, int], None]] = []
-
-
-def _run_name() -> str:
-    ids = flow_run.get_parameters().get("datasource_ids")
-    return "index " + (", ".join(ids) if ids else "all datasources")
 
 
 class _Progress:
@@ -106,18 +99,11 @@ def summary_markdown(results: list[BuildResult], failures: dict[str, str]) -> st
     return "\n".join(lines)
 
 
-@flow(name="index-build", flow_run_name=_run_name, log_prints=False)
+@flow(name="index-build", flow_run_name=run_name("index"), log_prints=False)
 def index_build(datasource_ids: list[str] | None = None, config: str | None = None, full: bool = False) -> dict[str, Any]:
     """Build (or incrementally rebuild) the index of each datasource; the previous build serves until commit."""
-    guard_prefect_logs()
+    cfg, ids, store, bus = open_datasource_run(config, datasource_ids, forward_to_prefect)
     logger = get_run_logger()
-    cfg = load_project(config_path(config))
-    ids = datasource_ids or [d.id for d in cfg.datasources]
-    for ds in ids:
-        cfg.datasource(ds)
-    store = StateStore(cfg.state_dir)
-    bus = EventBus(trace_id=str(flow_run.get_id()))
-    bus.subscribe(forward_to_prefect)
     progress = _Progress(ids)
     results: list[BuildResult] = []
     failures: dict[str, str] = {}

@@ -71,6 +71,11 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX approvals_by_status ON approvals (status, created_at);
     CREATE TABLE pinned_runs (trace_id TEXT PRIMARY KEY, created_at REAL NOT NULL, state TEXT NOT NULL);
     """,
+    """
+    CREATE TABLE drift_checks (
+        datasource_id TEXT PRIMARY KEY, checked_at REAL NOT NULL, status TEXT NOT NULL, drift_sha256 TEXT
+    );
+    """,
 )
 
 
@@ -268,6 +273,16 @@ class StateStore:
         return [(r[0], r[1], r[2], SchemaDiff.model_validate_json(r[3])) for r in rows]
 
     # --- embedding cache -----------------------------------------------------------------------
+
+    def record_drift_check(self, datasource_id: str, status: str, drift_sha256: str | None) -> bool:
+        """Record the engine's latest drift check of a datasource; whether its drift (`drift_sha256`, None when
+        there is none) is new: not the one the previous check found."""
+        with self.connect() as conn:
+            row = conn.execute("SELECT drift_sha256 FROM drift_checks WHERE datasource_id = ?",
+                               (datasource_id,)).fetchone()
+            conn.execute("INSERT OR REPLACE INTO drift_checks VALUES (?, ?, ?, ?)",
+                         (datasource_id, time.time(), status, drift_sha256))
+        return drift_sha256 is not None and (row is None or row[0] != drift_sha256)
 
     def cached_vectors(self, model_id: str, text_hashes: Sequence[str]) -> dict[str, np.ndarray]:
         """Vectors already computed for these texts."""

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
+from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
-from nl2sql.datasources.models import SchemaSnapshot, TableInfo
+from nl2sql.datasources.models import ColumnInfo, ForeignKey, SchemaSnapshot, TableInfo
 
 
 def _table_shape(table: TableInfo) -> dict:
@@ -20,6 +22,11 @@ def _table_shape(table: TableInfo) -> dict:
 
 def _key(table: TableInfo) -> str:
     return f"{table.schema_name}.{table.name}" if table.schema_name else table.name
+
+
+def table_key(schema: str | None, name: str) -> str:
+    """A table as impact and expectations name it: `schema.name` or `name`, lower case (SQL names ignore case)."""
+    return f"{schema}.{name}".lower() if schema else name.lower()
 
 
 def fingerprint(snapshot: SchemaSnapshot) -> str:
@@ -35,7 +42,7 @@ def table_fingerprints(snapshot: SchemaSnapshot) -> dict[str, str]:
 
 
 class ColumnChange(BaseModel):
-    """A column whose type or nullability changed."""
+    """A column whose type or nullability changed (`before` and `after` read like `INTEGER NOT NULL`)."""
 
     table: str
     column: str
@@ -43,27 +50,87 @@ class ColumnChange(BaseModel):
     after: str
 
 
+class KeyChange(BaseModel):
+    """A table whose primary key changed (its columns, in order)."""
+
+    table: str
+    before: list[str]
+    after: list[str]
+
+
 class SchemaDiff(BaseModel):
-    """What changed from one snapshot to the next."""
+    """What changed from one snapshot to the next: empty exactly when their fingerprints are equal."""
 
     added_tables: list[str] = Field(default_factory=list)
     removed_tables: list[str] = Field(default_factory=list)
     added_columns: list[str] = Field(default_factory=list)
     removed_columns: list[str] = Field(default_factory=list)
     changed_columns: list[ColumnChange] = Field(default_factory=list)
-    changed_keys: list[str] = Field(default_factory=list)
+    changed_primary_keys: list[KeyChange] = Field(default_factory=list)
+    added_foreign_keys: list[str] = Field(default_factory=list)
+    removed_foreign_keys: list[str] = Field(default_factory=list)
+    reordered_columns: list[str] = Field(default_factory=list, description="Tables whose columns only moved.")
 
     @property
     def empty(self) -> bool:
         """Whether nothing changed."""
         return not any(getattr(self, f) for f in type(self).model_fields)
 
+    def changed_tables(self) -> list[str]:
+        """Every table the diff touches (added, removed or changed), sorted."""
+        names = {*self.added_tables, *self.removed_tables, *self.reordered_columns}
+        names |= {c.rpartition(".")[0] for c in (*self.added_columns, *self.removed_columns)}
+        names |= {c.table for c in self.changed_columns} | {k.table for k in self.changed_primary_keys}
+        names |= {_fk_table(fk) for fk in (*self.added_foreign_keys, *self.removed_foreign_keys)}
+        return sorted(names)
+
+    def counts(self) -> dict[str, int]:
+        """How many changes of each kind (the kinds with none left out): what an event may carry."""
+        return {k: len(v) for k in type(self).model_fields if (v := getattr(self, k))}
+
     def summary(self) -> str:
         """One line: counts of each kind of change."""
         if self.empty:
             return "no schema changes"
-        parts = [f"{len(v)} {k.replace('_', ' ')}" for k in type(self).model_fields if (v := getattr(self, k))]
-        return ", ".join(parts)
+        return ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in self.counts().items())
+
+    def scoped(self, readable: Callable[[str], bool]) -> SchemaDiff:
+        """The part of the diff a caller may see: changes to tables `readable` allows (a foreign key only when
+        both its tables are), so drift in denied tables alone reads as no change."""
+        def fk_readable(fk: str) -> bool:
+            return readable(_fk_table(fk)) and readable(_fk_ref_table(fk))
+
+        return SchemaDiff(
+            added_tables=[t for t in self.added_tables if readable(t)],
+            removed_tables=[t for t in self.removed_tables if readable(t)],
+            added_columns=[c for c in self.added_columns if readable(c.rpartition(".")[0])],
+            removed_columns=[c for c in self.removed_columns if readable(c.rpartition(".")[0])],
+            changed_columns=[c for c in self.changed_columns if readable(c.table)],
+            changed_primary_keys=[k for k in self.changed_primary_keys if readable(k.table)],
+            added_foreign_keys=[fk for fk in self.added_foreign_keys if fk_readable(fk)],
+            removed_foreign_keys=[fk for fk in self.removed_foreign_keys if fk_readable(fk)],
+            reordered_columns=[t for t in self.reordered_columns if readable(t)])
+
+
+#: How a foreign key reads in a diff: `tickets(agent_id) -> agents(agent_id)`.
+FK_ARROW = " -> "
+
+
+def _fk_text(table: str, fk: ForeignKey) -> str:
+    ref = f"{fk.ref_schema}.{fk.ref_table}" if fk.ref_schema else fk.ref_table
+    return f"{table}({', '.join(fk.columns)}){FK_ARROW}{ref}({', '.join(fk.ref_columns)})"
+
+
+def _fk_table(fk: str) -> str:
+    return fk.partition("(")[0]
+
+
+def _fk_ref_table(fk: str) -> str:
+    return fk.partition(FK_ARROW)[2].partition("(")[0]
+
+
+def _column_text(column: ColumnInfo) -> str:
+    return f"{column.type}{'' if column.nullable else ' NOT NULL'}"
 
 
 def diff_snapshots(before: SchemaSnapshot | None, after: SchemaSnapshot) -> SchemaDiff:
@@ -77,13 +144,18 @@ def diff_snapshots(before: SchemaSnapshot | None, after: SchemaSnapshot) -> Sche
         cols_b = {c.name: c for c in b.columns}
         diff.added_columns += [f"{name}.{c}" for c in cols_b if c not in cols_a]
         diff.removed_columns += [f"{name}.{c}" for c in cols_a if c not in cols_b]
-        for col in cols_a.keys() & cols_b.keys():
-            ca, cb = cols_a[col], cols_b[col]
-            if (ca.type, ca.nullable) != (cb.type, cb.nullable):
-                diff.changed_columns.append(ColumnChange(
-                    table=name, column=col, before=f"{ca.type}{'' if ca.nullable else ' NOT NULL'}",
-                    after=f"{cb.type}{'' if cb.nullable else ' NOT NULL'}"))
-        if _table_shape(a)["primary_key"] != _table_shape(b)["primary_key"] or \
-                _table_shape(a)["foreign_keys"] != _table_shape(b)["foreign_keys"]:
-            diff.changed_keys.append(name)
+        for col in [c for c in cols_a if c in cols_b]:
+            if _column_text(cols_a[col]) != _column_text(cols_b[col]):
+                diff.changed_columns.append(ColumnChange(table=name, column=col, before=_column_text(cols_a[col]),
+                                                         after=_column_text(cols_b[col])))
+        kept_a = [c for c in cols_a if c in cols_b]
+        kept_b = [c for c in cols_b if c in cols_a]
+        if kept_a != kept_b:
+            diff.reordered_columns.append(name)
+        if a.primary_key != b.primary_key:
+            diff.changed_primary_keys.append(KeyChange(table=name, before=a.primary_key, after=b.primary_key))
+        fks_a = Counter(_fk_text(name, fk) for fk in a.foreign_keys)
+        fks_b = Counter(_fk_text(name, fk) for fk in b.foreign_keys)
+        diff.added_foreign_keys += sorted((fks_b - fks_a).elements())
+        diff.removed_foreign_keys += sorted((fks_a - fks_b).elements())
     return diff

@@ -213,3 +213,31 @@ def test_an_eval_stopped_by_its_dollar_cap_exits_3(project: Config, flow_env: di
     uncapped = nl2sql("-c", str(project.path), "eval", "run", "--mode", "full", "--suite", str(CHINOOK_SUITE),
                       "--llm", f"fake={llm}", env=env)
     assert_exit(uncapped, 2)
+
+
+@pytest.mark.slow
+@pytest.mark.prefect
+def test_index_check_exits_by_what_it_found(tmp_path: Path, flow_env: dict[str, str]) -> None:
+    import sqlite3
+
+    nl2sql("init", "--demo", str(tmp_path / "p"))
+    config, data = str(tmp_path / "p" / "nl2sql.yaml"), tmp_path / "p" / "data"
+    assert_exit(nl2sql("-c", config, "index", "build", "-d", "support", "-d", "chinook", env=flow_env), 0)
+    assert_exit(nl2sql("-c", config, "index", "check", "-d", "support", env=flow_env), 0)
+
+    with sqlite3.connect(data / "support.sqlite") as conn:
+        conn.execute("ALTER TABLE tickets RENAME COLUMN status TO state")
+    drifted = nl2sql("-c", config, "index", "check", "-d", "support", env=flow_env)
+    assert_exit(drifted, 1)
+    assert "tickets.status" in drifted.stdout and "How many {priority} tickets are still open?" in drifted.stdout
+
+    with sqlite3.connect(data / "chinook.sqlite") as conn:
+        conn.execute("ALTER TABLE Employee ADD COLUMN Salary REAL")
+    viewer = nl2sql("-c", config, "index", "check", "-d", "chinook", "--role", "viewer", "--json", env=flow_env)
+    assert_exit(viewer, 0)
+    assert json.loads(viewer.stdout)[0]["status"] == "unchanged" and "Employee" not in viewer.stdout
+    assert_exit(nl2sql("-c", config, "index", "check", "-d", "chinook", "--no-expectations", env=flow_env), 1)
+
+    (data / "support.sqlite").write_bytes(b"this is not a database" * 100)
+    assert_exit(nl2sql("-c", config, "index", "check", "-d", "support", env=flow_env), 2)
+    assert_exit(nl2sql("-c", config, "index", "check", "-d", "nosuch", env=flow_env), 2)

@@ -1,0 +1,92 @@
+"""The schema diff: what changed between two snapshots, empty exactly when the fingerprints match, cut to a scope."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nl2sql.datasources.models import ColumnInfo, ForeignKey, SchemaSnapshot, TableInfo
+from nl2sql.schema.snapshot import diff_snapshots, fingerprint
+
+TABLES = ["tickets", "agents", "customers"]
+COLUMNS = ["id", "name", "agent_id", "status"]
+
+
+@st.composite
+def tables(draw: st.DrawFn, name: str) -> TableInfo:
+    names = draw(st.lists(st.sampled_from(COLUMNS), min_size=1, max_size=4, unique=True))
+    columns = [ColumnInfo(name=c, type=draw(st.sampled_from(["INTEGER", "TEXT"])), nullable=draw(st.booleans()))
+               for c in names]
+    primary_key = draw(st.lists(st.sampled_from(names), max_size=2, unique=True))
+    foreign_keys = [ForeignKey(columns=[c], ref_table=draw(st.sampled_from(TABLES)), ref_columns=["id"])
+                    for c in draw(st.lists(st.sampled_from(names), max_size=2))]
+    return TableInfo(name=name, columns=columns, primary_key=primary_key, foreign_keys=foreign_keys)
+
+
+@st.composite
+def snapshots(draw: st.DrawFn) -> SchemaSnapshot:
+    names = draw(st.lists(st.sampled_from(TABLES), max_size=3, unique=True))
+    return SchemaSnapshot(datasource_id="support", dialect="sqlite", tables=[draw(tables(n)) for n in names])
+
+
+@settings(max_examples=400, deadline=None)
+@given(snapshots(), snapshots())
+def test_the_diff_is_empty_exactly_when_the_fingerprints_match(before: SchemaSnapshot, after: SchemaSnapshot) -> None:
+    assert diff_snapshots(before, after).empty == (fingerprint(before) == fingerprint(after))
+    assert diff_snapshots(after, after).empty
+
+
+@settings(max_examples=200, deadline=None)
+@given(snapshots(), snapshots())
+def test_the_diff_reversed_swaps_added_and_removed(before: SchemaSnapshot, after: SchemaSnapshot) -> None:
+    forward, backward = diff_snapshots(before, after), diff_snapshots(after, before)
+    assert (forward.added_tables, forward.added_columns, forward.added_foreign_keys) == (
+        backward.removed_tables, backward.removed_columns, backward.removed_foreign_keys)
+    assert forward.changed_tables() == backward.changed_tables()
+
+
+def _support(**changes: object) -> SchemaSnapshot:
+    tickets = TableInfo(name="tickets", primary_key=["id"], columns=[
+        ColumnInfo(name="id", type="INTEGER", nullable=False), ColumnInfo(name="status", type="TEXT"),
+        ColumnInfo(name="agent_id", type="INTEGER")],
+        foreign_keys=[ForeignKey(columns=["agent_id"], ref_table="agents", ref_columns=["id"])])
+    agents = TableInfo(name="agents", primary_key=["id"], columns=[ColumnInfo(name="id", type="INTEGER"),
+                                                                   ColumnInfo(name="salary", type="REAL")])
+    tables = {"tickets": tickets, "agents": agents}
+    for name, table in changes.items():
+        tables[name] = table  # type: ignore[assignment]
+    return SchemaSnapshot(datasource_id="support", dialect="sqlite", tables=[t for t in tables.values() if t])
+
+
+def test_each_kind_of_change_is_named() -> None:
+    before = _support()
+    tickets = before.tables[0].model_copy(deep=True)
+    tickets.columns[1] = ColumnInfo(name="state", type="TEXT")  # renamed: one dropped, one added
+    tickets.columns[2] = ColumnInfo(name="agent_id", type="BIGINT", nullable=False)
+    tickets.primary_key = ["id", "agent_id"]
+    tickets.foreign_keys = []
+    after = _support(tickets=tickets, agents=None,
+                     queues=TableInfo(name="queues", columns=[ColumnInfo(name="id", type="INTEGER")]))
+    diff = diff_snapshots(before, after)
+    assert diff.added_tables == ["queues"] and diff.removed_tables == ["agents"]
+    assert diff.added_columns == ["tickets.state"] and diff.removed_columns == ["tickets.status"]
+    assert [(c.column, c.before, c.after) for c in diff.changed_columns] == [("agent_id", "INTEGER", "BIGINT NOT NULL")]
+    assert [(k.before, k.after) for k in diff.changed_primary_keys] == [(["id"], ["id", "agent_id"])]
+    assert diff.removed_foreign_keys == ["tickets(agent_id) -> agents(id)"]
+    assert diff.changed_tables() == ["agents", "queues", "tickets"]
+    assert diff.counts()["removed_foreign_keys"] == 1 and "1 added tables" in diff.summary()
+
+
+def test_a_scope_sees_only_its_tables() -> None:
+    before = _support()
+    agents = before.tables[1].model_copy(deep=True)
+    agents.columns = agents.columns[:1]  # salary dropped, in a table the caller may not read
+    drift = diff_snapshots(before, _support(agents=agents))
+    assert not drift.empty
+    assert drift.scoped(lambda table: table != "agents").empty
+    # a foreign key to a denied table is not shown either: its text names that table
+    tickets = before.tables[0].model_copy(deep=True)
+    tickets.foreign_keys = []
+    drift = diff_snapshots(before, _support(tickets=tickets))
+    assert drift.removed_foreign_keys and drift.scoped(lambda table: table != "agents").empty
+    assert drift.scoped(lambda table: True) == drift
