@@ -139,13 +139,22 @@ def deny_command(ctx: typer.Context, run_id: RunId, user: UserOption, role: Appr
 
 @automations_app.command("apply")
 def automations_apply(ctx: typer.Context) -> None:
-    """Create (or update) the automation that calls settings.approvals.webhook_url on approval.requested."""
+    """Create (or update) the project's automations: approval.requested → settings.approvals.webhook_url;
+    schema.drifted → a run of eval-retrieval; a failed eval or drift check → settings.prefect.failures_webhook_url."""
     config = ctx.obj.config()
-    url = config.settings.approvals.webhook_url
-    if url is None:
-        raise ConfigError(ConfigProblem(str(config.path), "settings.approvals.webhook_url", "is not set",
-                                        "set it to the URL approvers' tools listen on (e.g. a chat webhook)"))
-    from nl2sql.events.prefect_automations import AUTOMATION_NAME, apply_approval_automation
+    approvals = config.settings.approvals.webhook_url
+    failures = config.settings.prefect.failures_webhook_url
+    from nl2sql.events.prefect_automations import apply_automations
 
-    automation_id, created = apply_approval_automation(url.get_secret_value())
-    console.print(f"{'Created' if created else 'Updated'} the automation '{AUTOMATION_NAME}' ({automation_id}).")
+    applied = apply_automations(approvals.get_secret_value() if approvals else None,
+                                failures.get_secret_value() if failures else None)
+    for item in applied:
+        if item.skipped:
+            console.print(f"Skipped '{item.name}': {escape(item.skipped)}.")
+        else:
+            console.print(f"{'Created' if item.created else 'Updated'} the automation '{item.name}' "
+                          f"({item.automation_id}).")
+    if all(item.skipped for item in applied):
+        raise ConfigError(ConfigProblem(str(config.path), "settings.approvals.webhook_url", "is not set, nor is "
+                                        "settings.prefect.failures_webhook_url, and eval-retrieval is not deployed",
+                                        "set a webhook URL, or deploy first (`prefect deploy --all`)"))

@@ -84,25 +84,34 @@ def eval_run_command(
     from nl2sql.flows.evals import eval_run
 
     with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
-        report = eval_run(mode, str(suite.resolve()), config=str(path), roles=role, llm=llm, passes=passes,
-                          max_cost_usd=max_cost, ids=case, tags=tag, limit=limit,
-                          examples=str(examples.resolve()) if examples else None)
+        state = eval_run(mode, str(suite.resolve()), config=str(path), roles=role, llm=llm, passes=passes,
+                         max_cost_usd=max_cost, ids=case, tags=tag, limit=limit,
+                         examples=str(examples.resolve()) if examples else None,
+                         baseline=str(baseline.resolve()) if baseline else None, return_state=True)
+        report = state.result(raise_on_failure=False)
         drain_prefect()
+    if isinstance(report, BaseException):
+        raise report
+    gate = report.pop("gate")
+    code = report.pop("exit_code")
     if out:
         out.write_text(json.dumps(report, indent=2) + "\n")
+    from nl2sql.evaluation.gate import GateResult
     from nl2sql.evaluation.report import EvalReport
 
     console.print(Markdown(EvalReport.model_validate(report).markdown()))
     console.print_json(json.dumps(report["metrics"]))
-    code = 0
     if report.get("stopped"):
         err_console.print(f"[yellow]stopped[/]: {escape(str(report['stopped']))}")
-        code = 3
     elif mode == "plans" and any(b["failures"] for b in report["boards"].values()):
         err_console.print("[red]mode plans: every case must pass for every role[/]")
-        code = 1
-    if baseline is not None and code != 3:
-        code = max(code, _gate(report, baseline, cfg))
+    if gate is not None and not report.get("stopped"):
+        verdict = GateResult.model_validate(gate)
+        out_to = err_console if verdict.exit_code == 2 else console  # a series break is a usage error
+        first, *rest = verdict.lines(bool(report["suite"].get("selection")))
+        out_to.print(f"[{'green' if verdict.ok else 'red'}]{escape(first)}[/]")
+        for line in rest:
+            out_to.print(escape(line))
     raise typer.Exit(code)
 
 
@@ -130,32 +139,6 @@ def _check_roles(config: object, roles: list[str] | None) -> None:
     problems = [unknown_role("", "--role", name, known) for name in roles or [] if name not in known]
     if problems:
         raise ConfigError(problems)
-
-
-def _gate(report: dict, baseline: Path, config: object) -> int:
-    from nl2sql.evaluation.gate import EXIT_USAGE, run_gate
-    from nl2sql.evaluation.records import newest_comparable, record_verdicts
-
-    if baseline.is_dir():
-        found = newest_comparable(baseline, report)
-        if found is None:
-            err_console.print(f"[red]no comparable record[/] under {escape(str(baseline))} (same mode, suite digest and schema "
-                              "fingerprint): a series break. Record this run with `nl2sql eval publish REPORT`.")
-            return EXIT_USAGE
-        where, base = found
-    else:
-        where, base = baseline, json.loads(baseline.read_text())
-        base = record_verdicts(base) if "verdicts" in base else base
-    gate = config.evals.gate  # type: ignore[attr-defined]
-    result = run_gate(report, base, max_regressions=gate.max_regressions, alpha=gate.alpha)
-    style = "green" if result.ok else "red"
-    console.print(f"[{style}]gate[/] against {escape(str(where))}: {escape(result.reason)}")
-    for name, g in result.configs.items():
-        sliced = f" (a slice: {g.compared} of the baseline's {g.baseline_cases} cases compared)" if (
-            report["suite"].get("selection")) else ""
-        console.print(f"  {name}: lost {len(g.lost)}, gained {len(g.gained)}, p = {g.p_value:.4f}; accuracy "
-                      f"{g.baseline_accuracy} → {g.accuracy}{sliced}")
-    return result.exit_code
 
 
 @eval_app.command("regenerate")

@@ -27,6 +27,7 @@ def register_commands() -> None:
         eval_commands,
         index_commands,
         plan_commands,
+        serve_commands,
     )
 
 

@@ -458,6 +458,9 @@ class PrefectSettings(Strict):
     artifact_rows: bool = Field(default=False, description="Put row values into Prefect artifacts: the ask flow's "
                                 "answer text and first rows, the eval flow's failure details. Off: question, status, "
                                 "SQL, row counts and codes only.")
+    failures_webhook_url: SecretStr | None = Field(default=None, description="Called (POST) when an eval or "
+                                                   "drift-check run fails, by the Prefect automation "
+                                                   "`nl2sql automations apply` makes.")
 
 
 class Settings(Strict):

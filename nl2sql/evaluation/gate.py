@@ -44,10 +44,21 @@ class GateResult(BaseModel):
     reason: str
     configs: dict[str, ConfigGate] = Field(default_factory=dict)
 
+    baseline: str | None = Field(default=None, description="Where the baseline came from.")
+
     @property
     def ok(self) -> bool:
         """Whether the run may land."""
         return self.exit_code == EXIT_OK
+
+    def lines(self, sliced: bool = False) -> list[str]:
+        """The verdict in words: against what, why, and per config what was lost and gained."""
+        out = [f"gate against {self.baseline}: {self.reason}" if self.baseline else f"gate: {self.reason}"]
+        for name, g in self.configs.items():
+            part = f" (a slice: {g.compared} of the baseline's {g.baseline_cases} cases compared)" if sliced else ""
+            out.append(f"  {name}: lost {len(g.lost)}, gained {len(g.gained)}, p = {g.p_value:.4f}; accuracy "
+                       f"{g.baseline_accuracy} → {g.accuracy}{part}")
+        return out
 
 
 def verdicts(run: Mapping[str, Any], config: str) -> dict[str, bool]:
@@ -116,3 +127,16 @@ def run_gate(report: Mapping[str, Any], baseline: Mapping[str, Any], *, max_regr
         result.exit_code = EXIT_REGRESSION
         result.reason = "; ".join(f"{c}: {g.why} ({', '.join(g.lost)})" for c, g in regressed.items())
     return result
+
+
+def eval_exit_code(report: Mapping[str, Any], gate: GateResult | None) -> tuple[int, str | None]:
+    """(exit code, why) of an eval run: 3 stopped at its dollar cap, 1 a failing case in mode plans (every case
+    must pass there) or a regression, 2 a series break, else 0."""
+    if report.get("stopped"):
+        return EXIT_COST_CAP, f"stopped: {report['stopped']}"
+    code, why = EXIT_OK, None
+    if report.get("mode") == "plans" and any(b["failures"] for b in report["boards"].values()):
+        code, why = EXIT_REGRESSION, "mode plans: every case must pass for every role"
+    if gate is not None and not gate.ok and gate.exit_code >= code:  # the gate says which cases were lost
+        code, why = gate.exit_code, gate.reason
+    return code, why

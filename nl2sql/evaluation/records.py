@@ -16,7 +16,10 @@ import json
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nl2sql.evaluation.gate import GateResult
 
 RECORD_SCHEMA = 1
 README_START, README_END = "<!-- benchmarks:start -->", "<!-- benchmarks:end -->"
@@ -215,3 +218,24 @@ def publish(root: Path, docs_page: Path, readme: Path) -> None:
         readme.write_text(head + readme_block(root) + tail)
     else:
         readme.write_text(text.rstrip("\n") + "\n\n## Results\n\n" + readme_block(root) + "\n")
+
+
+def gate_against(report: Mapping[str, Any], baseline: Path, *, max_regressions: int = 0,
+                 alpha: float = 0.05) -> GateResult:
+    """The gate against a baseline file (a report or a record) or a folder of records (its newest record
+    comparable with the run; none is a series break)."""
+    from nl2sql.evaluation.gate import EXIT_USAGE, GateResult, run_gate
+
+    if baseline.is_dir():
+        found = newest_comparable(baseline, report)
+        if found is None:
+            return GateResult(exit_code=EXIT_USAGE, baseline=str(baseline), reason=(
+                "no comparable record (same mode, suite digest and schema fingerprint): a series break. Record "
+                "this run with `nl2sql eval publish REPORT`."))
+        where, base = found
+    else:
+        where, base = baseline, json.loads(baseline.read_text(encoding="utf-8"))
+        base = record_verdicts(base) if "verdicts" in base else base
+    result = run_gate(report, base, max_regressions=max_regressions, alpha=alpha)
+    result.baseline = str(where)
+    return result

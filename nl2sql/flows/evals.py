@@ -3,14 +3,18 @@ report as Prefect artifacts (a markdown board and a table of failures)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.runtime import flow_run
+from prefect.states import Failed, State
 
 from nl2sql.blocks import load_datasource_url
 from nl2sql.config import config_path
+from nl2sql.evaluation.gate import eval_exit_code
+from nl2sql.evaluation.records import gate_against
 from nl2sql.evaluation.report import DETAIL_KEYS, EvalReport
 from nl2sql.evaluation.run import evaluate, load_llm
 from nl2sql.events.prefect_logs import guard_prefect_logs
@@ -43,8 +47,11 @@ def without_details(report: EvalReport) -> EvalReport:
 def eval_run(mode: str, suite: str, config: str | None = None, roles: list[str] | None = None,
              llm: list[str] | None = None, passes: int = 1, max_cost_usd: float | None = None,
              ids: list[str] | None = None, tags: list[str] | None = None, limit: int | None = None,
-             examples: str | None = None) -> dict[str, Any]:
-    """Run an eval suite in a mode (plans, retrieval, full) and report it."""
+             examples: str | None = None, baseline: str | None = None) -> dict[str, Any] | State:
+    """Run an eval suite in a mode (plans, retrieval, full), report it, and gate it against `baseline` (a record,
+    a report or a folder of records, relative to the working directory). The run is Failed when its exit code
+    is not 0 (a regression, a failing case in mode plans, a series break, the dollar cap); its result is the
+    report either way, with `gate` and `exit_code`."""
     guard_prefect_logs()
     cfg = load_project(config_path(config))
     configs = dict(load_llm(spec) for spec in llm) if llm else None
@@ -56,4 +63,26 @@ def eval_run(mode: str, suite: str, config: str | None = None, roles: list[str] 
     failures = [{"config": b.config, **f} for b in shown.boards.values() for f in b.failures]
     if failures:
         create_table_artifact(failures, key=f"eval-{mode}-failures", description="Runs that did not pass")
-    return report.model_dump(mode="json")
+    out = report.model_dump(mode="json")
+    gate = None
+    if baseline is not None:
+        gate = gate_against(out, Path(baseline), max_regressions=cfg.evals.gate.max_regressions,
+                            alpha=cfg.evals.gate.alpha)
+        create_markdown_artifact("\n".join(["# Gate", "", *gate.lines(bool(out["suite"].get("selection")))]),
+                                 key=f"eval-{mode}-gate", description="The eval's gate")
+    out["gate"] = None if gate is None else gate.model_dump(mode="json")
+    out["exit_code"], why = eval_exit_code(out, gate)
+    if out["exit_code"]:
+        return Failed(message=why, data=out)
+    return out
+
+
+@flow(name="eval-full", flow_run_name=lambda: f"eval full {flow_run.get_parameters().get('suite', '')}",
+      log_prints=False)
+def eval_full(max_cost_usd: float, suite: str = "suites/chinook.yaml", config: str | None = None,
+              roles: list[str] | None = None, llm: list[str] | None = None, passes: int = 1,
+              baseline: str | None = "benchmarks") -> State:
+    """Mode full on real models, stopped at `max_cost_usd` (dollars; required: a run without a cap never starts),
+    gated against `baseline`; Failed when the gate fails."""
+    return eval_run(mode="full", suite=suite, config=config, roles=roles, llm=llm, passes=passes,
+                    max_cost_usd=max_cost_usd, baseline=baseline, return_state=True)

@@ -130,3 +130,20 @@ def test_the_committed_pages_are_what_publish_writes(tmp_path: Path) -> None:
 
     assert (ROOT / "docs" / "benchmarks.md").read_text() == benchmarks_page(ROOT / "benchmarks") + "\n"
     assert readme_block(ROOT / "benchmarks") in (ROOT / "README.md").read_text()
+
+
+def test_an_eval_runs_exit_code_says_the_worst_of_what_happened() -> None:
+    from nl2sql.evaluation.gate import GateResult, eval_exit_code
+
+    clean = {"mode": "plans", "boards": {"gold": {"failures": []}}}
+    failing = {"mode": "plans", "boards": {"gold": {"failures": [{"case_id": "c1"}]}}}
+    regression = GateResult(exit_code=1, reason="1 case(s) went from pass to fail")
+    series_break = GateResult(exit_code=2, reason="not comparable (a series break)")
+    assert eval_exit_code(clean, None) == (0, None)
+    assert eval_exit_code(clean, GateResult(exit_code=0, reason="no regression")) == (0, None)
+    assert eval_exit_code(failing, None) == (1, "mode plans: every case must pass for every role")
+    assert eval_exit_code({**failing, "mode": "retrieval"}, None) == (0, None)  # only mode plans needs every case
+    assert eval_exit_code(clean, regression) == (1, "1 case(s) went from pass to fail")
+    assert eval_exit_code(failing, regression) == (1, "1 case(s) went from pass to fail")
+    assert eval_exit_code(failing, series_break) == (2, "not comparable (a series break)")
+    assert eval_exit_code({**clean, "stopped": "the dollar cap"}, regression) == (3, "stopped: the dollar cap")
