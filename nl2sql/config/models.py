@@ -482,6 +482,9 @@ class StorageConfig(Strict):
     state_dir: str = ".nl2sql"
     keep_builds: int = Field(default=3, ge=1)
     audit_max_age_days: int = Field(default=30, ge=1)
+    max_age_days: int = Field(default=30, ge=1, description="Run traces, resolved approvals, cached plans and the "
+                              "records of failed or pruned builds older than this are deleted by the nightly "
+                              "`storage-purge` deployment.")
 
 
 def _default_observers() -> list[ObserverConfig]:

@@ -42,6 +42,10 @@ DEPLOYMENTS: tuple[DeploymentSpec, ...] = (
     DeploymentSpec("drift-check", "nl2sql/flows/drift.py:drift_check",
                    "Nightly: the live schema and data against the live index build; schema.drifted per new drift.",
                    cron="0 2 * * *"),
+    DeploymentSpec("storage-purge", "nl2sql/flows/purge.py:storage_purge",
+                   "Nightly: traces, resolved approvals, cached plans, old index builds and audit files past their "
+                   "retention deleted; retention.purged with counts.",
+                   cron="0 4 * * *"),
     DeploymentSpec("eval-retrieval", "nl2sql/flows/evals.py:eval_run",
                    "Nightly: retrieval and routing on the Chinook suite, gated against benchmarks/ (Failed when "
                    "the gate fails).",

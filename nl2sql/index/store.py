@@ -274,6 +274,21 @@ class StateStore:
 
     # --- embedding cache -----------------------------------------------------------------------
 
+    def purge(self, before: float) -> dict[str, int]:
+        """Delete what retention lets go of, older than `before` (a Unix time): run traces, resolved approvals,
+        pinned states of suspended runs, cached plans, and the rows of failed and pruned builds (their files are
+        gone already); never a live or kept build, a pending approval, or the embedding cache. Counts by kind."""
+        statements = {
+            "traces": "DELETE FROM traces WHERE created_at < ?",
+            "approvals": "DELETE FROM approvals WHERE status != 'pending' AND COALESCE(resolved_at, created_at) < ?",
+            "pinned_runs": "DELETE FROM pinned_runs WHERE created_at < ?",
+            "cached_plans": "DELETE FROM plan_cache WHERE created_at < ?",
+            "build_records": "DELETE FROM builds WHERE status IN ('failed', 'pruned') "
+                             "AND COALESCE(finished_at, started_at) < ?",
+        }
+        with self.connect() as conn:
+            return {kind: conn.execute(sql, (before,)).rowcount for kind, sql in statements.items()}
+
     def record_drift_check(self, datasource_id: str, status: str, drift_sha256: str | None) -> bool:
         """Record the engine's latest drift check of a datasource; whether its drift (`drift_sha256`, None when
         there is none) is new: not the one the previous check found."""

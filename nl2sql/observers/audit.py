@@ -94,12 +94,16 @@ class AuditObserver:
         self._atexit: Callable[[], None] | None = None
 
     @classmethod
+    def configured(cls, options: AuditOptions, config: Config) -> AuditObserver:
+        """The observer the options describe (its folder and the age its files are kept), nothing purged yet."""
+        folder = config.base_dir / options.folder if options.folder else config.state_dir / "audit"
+        return cls(folder.resolve(), max_age_days=options.max_age_days or config.storage.audit_max_age_days)
+
+    @classmethod
     def from_options(cls, options: BaseModel, *, config: Config) -> AuditObserver:
         """Build from validated `AuditOptions`, then purge day files past their age."""
         assert isinstance(options, AuditOptions)
-        folder = config.base_dir / options.folder if options.folder else config.state_dir / "audit"
-        max_age = options.max_age_days or config.storage.audit_max_age_days
-        observer = cls(folder.resolve(), max_age_days=max_age)
+        observer = cls.configured(options, config)
         try:
             observer.purge()
         except OSError as exc:
@@ -251,3 +255,12 @@ class AuditObserver:
                 path.unlink(missing_ok=True)
                 deleted += 1
         return deleted
+
+
+def purge_audit_files(config: Config, now: datetime | float | None = None) -> int:
+    """Delete the day files past their age in the folder of every audit observer the project configures; how many."""
+    deleted = 0
+    for observer in config.observers:
+        if observer.use == "audit":
+            deleted += AuditObserver.configured(AuditOptions.model_validate(observer.options), config).purge(now)
+    return deleted

@@ -190,3 +190,25 @@ def test_a_build_that_cannot_read_its_database_publishes_why(tmp_path: Path) -> 
         build(tmp_path / "missing.sqlite", store, publish=lambda name, **fields: events.append(name))
     assert events == ["index.started", "datasource.failed", "index.failed"]
     assert store.live_build("support") is None
+
+
+def test_purge_deletes_what_retention_lets_go_of_and_keeps_the_rest(support_copy: Path, tmp_path: Path) -> None:
+    import time
+
+    store = StateStore(tmp_path / "state")
+    live = build(support_copy, store)
+    store.save_trace("old-run", "q", "success", {})
+    store.save_approval("old-run", "r1", {"sql": "SELECT 1"})
+    store.resolve_approval("old-run", "r1", "approved")
+    store.save_approval("waiting-run", "r2", {"sql": "SELECT 2"})
+    store.pin_run("old-run", {})
+    store.cache_plan("k", "support", live.fingerprint, "{}")
+    failed = store.begin_build("support", "model")
+    store.fail_build(failed, "boom")
+    assert store.purge(before=time.time() - 3600) == {  # nothing is an hour old yet
+        "traces": 0, "approvals": 0, "pinned_runs": 0, "cached_plans": 0, "build_records": 0}
+    assert store.purge(before=time.time() + 1) == {
+        "traces": 1, "approvals": 1, "pinned_runs": 1, "cached_plans": 1, "build_records": 1}
+    assert store.trace("old-run") is None and store.cached_plan("k") is None
+    assert [a["trace_id"] for a in store.approvals()] == ["waiting-run"]  # a pending request is never purged
+    assert store.live_build("support").build_id == live.build_id
