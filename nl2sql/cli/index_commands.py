@@ -21,12 +21,17 @@ def index_build_command(
     ctx: typer.Context,
     datasource: Annotated[list[str] | None, typer.Option("--datasource", "-d", help="Only these datasources.")] = None,
     full: Annotated[bool, typer.Option("--full", help="Profile and embed every table again.")] = False,
+    dask_workers: Annotated[int | None, typer.Option("--dask-workers", min=1, help="Build the datasources on a local "
+                                                     "Dask cluster of N processes (the dask extra; needs "
+                                                     "PREFECT_API_URL).")] = None,
 ) -> None:
     """Build the index (a Prefect flow run): reflect, profile, embed, and switch each datasource's live build."""
     config = ctx.obj.config()
     for ds in datasource or []:
         config.datasource(ds)
-    from nl2sql.flows.index import PROGRESS_LISTENERS, index_build
+    from nl2sql.flows.index import PROGRESS_LISTENERS, index_build, on_dask
+
+    building = on_dask(dask_workers) if dask_workers else index_build
 
     with Progress(TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   console=console, transient=True) as bar:
@@ -40,7 +45,7 @@ def index_build_command(
 
         PROGRESS_LISTENERS.append(show)
         try:
-            outcome = index_build(datasource_ids=datasource or None, config=str(config.path), full=full)
+            outcome = building(datasource_ids=datasource or None, config=str(config.path), full=full)
         finally:
             PROGRESS_LISTENERS.remove(show)
     table = Table("datasource", "tables", "entries", "embedded", "cached", "index", "seconds", "changes",
