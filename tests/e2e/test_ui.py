@@ -1,0 +1,151 @@
+"""The UI path in a real browser (Debian's Chromium driven by Playwright): a question submitted through the `ask`
+deployment's run form completes with its task runs and artifact; a question a `sql_review` hook holds is approved
+in the Resume form and finishes. Runs are served by `nl2sql serve` on a real `prefect server start`.
+
+Set NL2SQL_UI_SCREENSHOTS=DIR to keep the screenshots (docs/images holds the ones the docs show)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nl2sql.config import Config
+from nl2sql.llm.fake import FakeLLMServer
+from tests.support.ask import write_ask_project
+
+pytestmark = [pytest.mark.slow, pytest.mark.prefect]
+
+CHROMIUM = Path("/usr/bin/chromium")
+#: Chromium as root on a machine with no network beyond loopback: no sandbox, nothing fetched in the background.
+FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+REVIEW = [{"use": "sql_review", "options": {"tables": ["chinook.Invoice*"]}, "approver_roles": ["admin"]}]
+ENDED = ("Completed", "Failed", "Crashed", "Cancelled")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's chromium is not installed (`apt-get install chromium`; .ci/run installs it)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def served(fake: FakeLLMServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A project whose sql_review hook holds statements on invoices, served by `nl2sql serve` on a real server;
+    the UI's address."""
+    from tests.support.prefect_server import steady_prefect_server
+
+    project: Config = write_ask_project(tmp_path_factory.mktemp("ui"), fake, hooks=REVIEW,
+                                        approvals={"timeout_s": 600, "poll_interval_s": 1})
+    with steady_prefect_server(tmp_path_factory.mktemp("prefect-server")) as (api, env):
+        log = tmp_path_factory.mktemp("serve") / "serve.log"
+        proc = subprocess.Popen([str(Path(sys.executable).parent / "nl2sql"), "-c", str(project.path), "serve"],
+                                env={**env, "PREFECT_RUNNER_POLL_FREQUENCY": "1"}, stdout=log.open("w"),
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 120
+            while "deployments are being served" not in log.read_text():
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(1)
+            yield api.removesuffix("/api")
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def _field(page: Any, name: str) -> Any:
+    """A property of a Prefect run or resume form, by its label (`role`, `role (Optional)`)."""
+    label = page.locator(".schema-form-property__label", has_text=re.compile(rf"^{name}( \(Optional\))?$"))
+    return page.locator("div.schema-form-property", has=label)
+
+
+def _state(page: Any) -> str | None:
+    """The flow run page's state, read after a reload (the page does not always poll)."""
+    page.reload()
+    page.wait_for_timeout(1000)
+    header = page.locator("body").inner_text().split("Logs")[0]
+    found = re.search(r"\b(Completed|Suspended|Paused|Failed|Crashed|Cancelled|Running|Pending|Scheduled)\b", header)
+    return found.group(1) if found else None
+
+
+def _wait_for_state(page: Any, wanted: tuple[str, ...], timeout: float = 120) -> str | None:
+    deadline, state = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        state = _state(page)
+        if state in wanted:
+            return state
+    return state
+
+
+def _ask_in_the_run_form(page: Any, ui: str, question: str, role: str, shots: Path) -> None:
+    """Open the ask deployment, fill its custom run form, submit, and open the new flow run."""
+    page.goto(f"{ui}/deployments")
+    page.get_by_role("link", name="ask", exact=True).first.click()
+    page.get_by_role("button", name="Run", exact=True).click()
+    page.get_by_role("button", name="Custom run").click()
+    _field(page, "question").locator("textarea").fill(question)
+    role_field = _field(page, "role")
+    role_field.get_by_role("button", name="str", exact=True).click()
+    role_field.locator("textarea, input").first.fill(role)
+    page.screenshot(path=str(shots / "ui-ask-run-form.png"))
+    page.get_by_role("button", name="Submit").click()
+    page.wait_for_timeout(2500)  # back on the deployment's runs, the new one first
+    page.locator("a[href*='/runs/flow-run/']").first.click()
+    page.wait_for_url(re.compile(r".*/runs/flow-run/.*"))
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path
+    keep = os.environ.get("NL2SQL_UI_SCREENSHOTS")
+    if keep:
+        for png in tmp_path.glob("*.png"):
+            shutil.copy(png, Path(keep) / png.name)
+
+
+def test_a_question_from_the_run_form_completes_with_its_steps(browser: Any, served: str, shots: Path) -> None:
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    _ask_in_the_run_form(page, served, "How many urgent tickets are still open?", "support", shots)
+    assert _wait_for_state(page, ENDED) == "Completed"
+    page.screenshot(path=str(shots / "ui-ask-run.png"))
+    assert "How many urgent tickets are still open?" in page.locator("body").inner_text()  # named after it
+    page.get_by_text("Task Runs", exact=True).click()
+    page.get_by_text("curated_matcher").first.wait_for()  # its steps, each a task run
+    assert "executor" in page.locator("body").inner_text()
+    page.get_by_text("Artifacts", exact=True).click()
+    page.get_by_text(re.compile(r"answer-[0-9a-f-]{36}")).first.wait_for()  # its artifact
+    page.close()
+
+
+def test_a_held_question_is_approved_in_the_resume_form(browser: Any, served: str, shots: Path) -> None:
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    _ask_in_the_run_form(page, served, "How much did we earn in each year?", "analyst", shots)
+    assert _wait_for_state(page, ("Suspended", *ENDED)) == "Suspended"
+    page.get_by_role("button", name="Resume").click()
+    form = page.locator("[role=dialog], .p-modal").first
+    form.get_by_text("FROM Invoice").wait_for()  # the request: the SQL, the datasource, the approver roles
+    assert "Approver roles: admin" in form.inner_text()
+    _field(page, "Approve").locator("input[type=checkbox]").evaluate("box => box.click()")  # a styled switch
+    _field(page, "Approver").locator("textarea").fill("dba")
+    _field(page, "Role").locator("textarea").fill("admin")
+    _field(page, "Comment").locator("textarea").fill("Invoice totals are fine to show analysts.")
+    page.screenshot(path=str(shots / "ui-approval-resume.png"))
+    page.get_by_role("button", name="Submit").click()
+    assert _wait_for_state(page, ENDED) == "Completed"
+    page.screenshot(path=str(shots / "ui-approval-done.png"))
+    page.close()
