@@ -38,14 +38,13 @@ from nl2sql.events.prefect_events import forward_to_prefect
 from nl2sql.events.prefect_logs import guard_prefect_logs
 from nl2sql.hooks import ApprovalAnswer, ApprovalRequest
 from nl2sql.hooks.approval import ApprovalRejected, check_approver
-from nl2sql.pipeline.inline import run_parallel
 from nl2sql.pipeline.result import QueryResult
 from nl2sql.pipeline.run import drive, fail_run, finish_run, start_run
 from nl2sql.pipeline.runtime import RunContext, Runtime
 from nl2sql.pipeline.state import RunState, pin_state, restore_state
 from nl2sql.policies.users import acting_role
 from nl2sql.project import load_project
-from nl2sql.tasks.ask import call_step_task
+from nl2sql.tasks.ask import call_step_task, submit_sub_queries
 
 #: Process-local listeners of every question's events (the CLI's live display).
 ASK_LISTENERS: list[Callable[[Event], None]] = []
@@ -240,7 +239,7 @@ def ask(question: str, role: str | None = None, user_id: str | None = None, data
         restore_state(state, pinned)
     try:
         with ctx.trace.entered():
-            drive(ctx, state, call_step_task, run_parallel, approve=wait_for_approvers)
+            drive(ctx, state, call_step_task, submit_sub_queries, approve=wait_for_approvers)
             result = finish_run(ctx, state)
     except Pause:  # suspended for an approver: the run goes on in a later process, from its pinned state
         raise

@@ -11,13 +11,14 @@ from nl2sql.pipeline.run import drive, fail_run, finish_run, invoke_step, start_
 from nl2sql.pipeline.runtime import Runtime
 
 
-def run_parallel(jobs: Sequence[Callable[[], None]]) -> None:
-    """Run jobs side by side on threads that carry the caller's context (trace id, Prefect's run context)."""
+def run_parallel(jobs: Sequence[tuple[str, Callable[[], None]]]) -> None:
+    """Run (label, job) pairs side by side on threads that carry the caller's context (the trace id): the inline
+    executor's way, with no Prefect run to hand them to."""
     if len(jobs) == 1:
-        jobs[0]()
+        jobs[0][1]()
         return
     with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="nl2sql-sub-query") as pool:
-        futures = [pool.submit(contextvars.copy_context().run, job) for job in jobs]
+        futures = [pool.submit(contextvars.copy_context().run, job) for _, job in jobs]
         for future in futures:
             future.result()
 

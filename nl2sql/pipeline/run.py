@@ -24,7 +24,8 @@ from nl2sql.pipeline.steps import result_rows
 from nl2sql.policies.scope import role_rules
 
 StepCall = Callable[[Step, RunContext, RunState, "SubQuery | None"], None]
-Parallel = Callable[[Sequence[Callable[[], None]]], None]
+#: How an executor runs the sub-queries side by side: (label, job) pairs, the label `sq1 (chinook)`.
+Parallel = Callable[[Sequence[tuple[str, Callable[[], None]]]], None]
 #: How an executor gets approvers' answers for waiting requests: request id → answer, or None (not in time).
 Approve = Callable[[RunContext, RunState, list[ApprovalRequest]], dict[str, "ApprovalAnswer | None"]]
 
@@ -151,7 +152,13 @@ def settle_approvals(pipeline: Pipeline, ctx: RunContext, state: RunState, call:
     if state.pending and not state.finished:
         state.end("needs_approval")
     if go_on and not state.finished:
-        parallel([partial(run_sub_query, pipeline, ctx, state, sq, call, "execute.before") for sq in go_on])
+        parallel([(sub_query_label(sq), partial(run_sub_query, pipeline, ctx, state, sq, call, "execute.before"))
+                  for sq in go_on])
+
+
+def sub_query_label(sq: SubQuery) -> str:
+    """How a sub-query is named in task runs and logs: `sq1 (chinook)`."""
+    return f"{sq.id} ({sq.datasource_id})"
 
 
 def drive(ctx: RunContext, state: RunState, call: StepCall, parallel: Parallel, pipeline: Pipeline = ASK,
@@ -164,7 +171,8 @@ def drive(ctx: RunContext, state: RunState, call: StepCall, parallel: Parallel, 
             call(step, ctx, state, None)
     if state.finished:
         return
-    parallel([partial(run_sub_query, pipeline, ctx, state, sq, call) for sq in state.sub_queries])
+    parallel([(sub_query_label(sq), partial(run_sub_query, pipeline, ctx, state, sq, call))
+              for sq in state.sub_queries])
     settle_approvals(pipeline, ctx, state, call, parallel, approve)
     if state.finished:
         return

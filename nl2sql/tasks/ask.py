@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from prefect.utilities.annotations import quote
@@ -39,3 +40,22 @@ def call_step_task(step: Step, ctx: RunContext, state: RunState, sq: SubQuery | 
     label = step.name if sq is None else f"{step.name} · {sq.id} ({sq.datasource_id})"
     # quote(): the state and services are live objects, not inputs for Prefect to walk or resolve
     STEP_TASKS[step.name](label, quote(step), quote(ctx), quote(state), quote(sq))
+
+
+def _run_sub_query(label: str, job: Callable[[], None]) -> None:
+    job()
+
+
+#: One task run per sub-query when there are several, its steps task runs inside it.
+SUB_QUERY_TASK = step_task(_run_sub_query, name="sub-query", task_run_name="sub-query · {label}")
+
+
+def submit_sub_queries(jobs: Sequence[tuple[str, Callable[[], None]]]) -> None:
+    """Sub-queries side by side, each submitted as a task run that the flow's task runner places (not threads the
+    engine starts); a single sub-query runs in place."""
+    if len(jobs) == 1:
+        jobs[0][1]()
+        return
+    futures = [SUB_QUERY_TASK.submit(label, quote(job)) for label, job in jobs]
+    for future in futures:
+        future.result()

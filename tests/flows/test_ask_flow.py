@@ -72,7 +72,7 @@ def test_each_step_is_a_task_run_and_the_flow_run_id_is_the_trace_id(project: Co
 
     result = run_flow(project, CROSS, "analyst")
     assert result.status == "success", result.errors
-    expected = 5 + 2 * 5
+    expected = 5 + 2 * 5 + 2  # the steps before and after, five per sub-query, and each sub-query's own run
     with get_client(sync_client=True) as client:
         run = client.read_flow_run(result.trace_id)
         deadline = time.monotonic() + 20
@@ -87,6 +87,11 @@ def test_each_step_is_a_task_run_and_the_flow_run_id_is_the_trace_id(project: Co
     assert {"curated_matcher", "resolver", "decomposer", "aggregator", "synthesizer"} <= names
     for step in ("schema_retrieval", "planner", "validator", "generator", "executor"):
         assert {f"{step} · sq1 (chinook)", f"{step} · sq2 (support)"} <= names
+    # the sub-queries were handed to the flow's task runner, each its own task run holding its steps
+    assert {"sub-query · sq1 (chinook)", "sub-query · sq2 (support)"} <= names
+    parents = {t.name: t.id for t in tasks}
+    planner = next(t for t in tasks if t.name == "planner · sq2 (support)")
+    assert [p.id for p in planner.task_inputs["__parents__"]] == [parents["sub-query · sq2 (support)"]]
     assert all(t.state.is_completed() for t in tasks)
 
 
