@@ -192,3 +192,24 @@ class IndexNotBuilt(NL2SQLError):
     """A datasource has no live index build to route or retrieve with."""
 
     code = "INDEX_NOT_BUILT"
+
+
+class HandedOverError(NL2SQLError):
+    """An error of a question that ran in `nl2sql serve`'s process, told back to the `nl2sql ask` that handed it
+    over: its code, message, fix, and the exit code it has there."""
+
+    def __init__(self, code: str, message: str, *, fix: str | None = None, exit_code: int = 1) -> None:
+        super().__init__(message, fix=fix)
+        self.code = code
+        self.exit_code = exit_code
+
+
+#: Errors that are a refused or failed run (exit 1); every other NL2SQLError is a usage error (exit 2).
+RUN_FAILURES: tuple[type[NL2SQLError], ...] = (SecurityViolation, DatasourceError, IndexBuildFailed, EngineFault)
+
+
+def exit_code_of(error: NL2SQLError) -> int:
+    """The command line's exit code for an error: 1 a refused or failed run, 2 a usage error."""
+    if isinstance(error, HandedOverError):
+        return error.exit_code
+    return 1 if isinstance(error, RUN_FAILURES) else 2

@@ -91,8 +91,15 @@ def ask_command(
     no_execute: Annotated[bool, typer.Option("--no-execute", help="Write the SQL, do not run it.")] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Ask a question: the steps tick by, the answer streams, the rows print as a table (exit 1 if refused/failed)."""
-    config = ctx.obj.config()
+    """Ask a question: the steps tick by, the answer streams, the rows print as a table (exit 1 if refused/failed).
+    With `nl2sql serve` running on the project, the question runs there (warm), else in this process."""
+    from nl2sql.cli.handover import find_desk, hand_over
+    from nl2sql.config import config_path, load_config
+
+    config = load_config(config_path(ctx.obj.config_option))  # the file alone: enough to check names, find a desk
+    desk = find_desk(config.state_dir)
+    if desk is None:
+        config = ctx.obj.config()  # every check of the engine, and Prefect's environment, for a run here
     from nl2sql.policies.scope import role_rules
 
     for name in [role] if role else []:
@@ -102,21 +109,31 @@ def ask_command(
     role = acting_role(config.policies, user, role)  # with policies.users: the user's own roles only (exit 2)
     if datasource:
         config.datasource(datasource)
-    from nl2sql.flows.ask import ASK_LISTENERS, ask_here
-
     display = LiveDisplay()
-    if not as_json:
-        ASK_LISTENERS.append(display)
-    try:
-        result = ask_here(question, role=role, user_id=user, datasource_id=datasource, execute=not no_execute,
-                          config=str(config.path))
-        drain_prefect()
-    finally:
-        if display in ASK_LISTENERS:
-            ASK_LISTENERS.remove(display)
+    parameters = {"question": question, "role": role, "user_id": user, "datasource_id": datasource,
+                  "execute": not no_execute}
+    result = hand_over(desk, parameters, None if as_json else display) if desk else None
+    if result is None:  # no desk, or it did not answer
+        here = config if desk is None else ctx.obj.config()
+        result = _ask_here(parameters, str(here.path), None if as_json else display)
     if as_json:
         typer.echo(json.dumps(result.model_dump(mode="json"), default=str, indent=2))
     else:
         print_result(result, streamed=display.streaming)
     if not result.ok:
         raise typer.Exit(1)
+
+
+def _ask_here(parameters: dict, config: str, display: LiveDisplay | None) -> QueryResult:
+    """The question as a flow run of this process (Prefect and the engine started here)."""
+    from nl2sql.flows.ask import ASK_LISTENERS, ask_here
+
+    if display is not None:
+        ASK_LISTENERS.append(display)
+    try:
+        result = ask_here(config=config, **parameters)
+        drain_prefect()
+    finally:
+        if display in ASK_LISTENERS:
+            ASK_LISTENERS.remove(display)
+    return result

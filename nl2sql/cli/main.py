@@ -12,10 +12,7 @@ import typer
 from rich.markup import escape
 
 from nl2sql.cli.options import app, err_console
-from nl2sql.errors import DatasourceError, EngineFault, IndexBuildFailed, NL2SQLError, SecurityViolation
-
-#: Errors that mean "the run was refused or failed" (exit 1) rather than "the command was wrong" (exit 2).
-RUN_FAILURES: tuple[type[NL2SQLError], ...] = (SecurityViolation, DatasourceError, IndexBuildFailed, EngineFault)
+from nl2sql.errors import NL2SQLError, exit_code_of
 
 
 def register_commands() -> None:
@@ -52,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     except NL2SQLError as exc:
         err_console.print(f"[bold red]error[/] [dim]{exc.code}[/]: {escape(str(exc))}", soft_wrap=True)
-        sys.exit(1 if isinstance(exc, RUN_FAILURES) else 2)
+        sys.exit(exit_code_of(exc))
     except KeyboardInterrupt:
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)

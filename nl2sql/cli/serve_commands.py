@@ -28,6 +28,13 @@ def serve_command(
 
     for name in take_over_from_work_pools():
         console.print(f"{name} was a work pool's deployment: served here now (`prefect deploy --all` hands it back).")
+    from nl2sql.flows.desk import QuestionDesk
+
+    desk = QuestionDesk(config.path, config.state_dir)
+    desk.start()  # `nl2sql ask` on this project hands its questions to this warm process
     console.print(f"Serving {len(DEPLOYMENTS)} deployments on {config.path}: "
-                  + ", ".join(spec.name for spec in DEPLOYMENTS))
-    serve_deployments(config.path, limit=limit)
+                  + ", ".join(spec.name for spec in DEPLOYMENTS) + "; `nl2sql ask` hands its questions here.")
+    try:
+        serve_deployments(config.path, limit=limit)
+    finally:
+        desk.close()

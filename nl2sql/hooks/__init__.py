@@ -6,39 +6,74 @@ plugin's entry point (group `nl2sql.hooks`) would be.
 
 from __future__ import annotations
 
+import importlib
 from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from nl2sql.config.models import HOOK_POINTS, Config
 from nl2sql.errors import ConfigError, ConfigProblem, UnknownNameError
-from nl2sql.hooks.approval import ApprovalAnswer, ApprovalRequest, approval_problem
-from nl2sql.hooks.builtin import BUILTIN_HOOKS
-from nl2sql.hooks.context import Allow, Decision, Deny, Hook, HookContext, HookPoint, Modify, NeedsApproval
-from nl2sql.hooks.runner import HookBinding, HookRunner, HookVerdict
+
+if TYPE_CHECKING:
+    from nl2sql.hooks.approval import ApprovalAnswer, ApprovalRequest, approval_problem
+    from nl2sql.hooks.context import (
+        Allow,
+        Decision,
+        Deny,
+        Hook,
+        HookContext,
+        HookPoint,
+        Modify,
+        NeedsApproval,
+    )
+    from nl2sql.hooks.runner import HookBinding, HookRunner, HookVerdict
 
 ENTRY_POINT_GROUP = "nl2sql.hooks"
-HOOKS: dict[str, type] = dict(BUILTIN_HOOKS)
+#: The names below are imported on first use (PEP 562): an approval request (a field of every result) is read
+#: without loading the hooks' plan and datasource dependencies.
+_WHERE = {"ApprovalAnswer": "approval", "ApprovalRequest": "approval", "approval_problem": "approval",
+          "Allow": "context", "Decision": "context", "Deny": "context", "Hook": "context", "HookContext": "context",
+          "HookPoint": "context", "Modify": "context", "NeedsApproval": "context", "HookBinding": "runner",
+          "HookRunner": "runner", "HookVerdict": "runner"}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "HOOKS":  # the registry: the built-ins, then the entry points found by hook_class
+        from nl2sql.hooks.builtin import BUILTIN_HOOKS
+
+        globals()["HOOKS"] = registry = dict(BUILTIN_HOOKS)
+        return registry
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"nl2sql.hooks.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'nl2sql.hooks' has no attribute {name!r}")
+
+
+def _registry() -> dict[str, type]:
+    return globals()["HOOKS"] if "HOOKS" in globals() else __getattr__("HOOKS")
 
 
 def hook_names() -> list[str]:
     """Every registered hook name: the built-ins and the `nl2sql.hooks` entry points."""
-    return sorted(set(HOOKS) | {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+    return sorted(set(_registry()) | {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
 
 
 def hook_class(name: str) -> type:
     """A registered hook class (built-in or from the `nl2sql.hooks` entry point group)."""
-    if name not in HOOKS:
+    hooks = _registry()
+    if name not in hooks:
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             if ep.name == name:
-                HOOKS[name] = ep.load()
-    if name not in HOOKS:
-        raise UnknownNameError("hook", name, HOOKS)
-    return HOOKS[name]
+                hooks[name] = ep.load()
+    if name not in hooks:
+        raise UnknownNameError("hook", name, hooks)
+    return hooks[name]
 
 
 def build_hooks(config: Config) -> HookRunner:
     """The configured hooks, in order (every problem in one ConfigError)."""
+    from nl2sql.hooks.runner import HookBinding, HookRunner
+
     file = str(config.path or "nl2sql.yaml")
     problems: list[ConfigProblem] = []
     bindings: list[HookBinding] = []

@@ -5,6 +5,7 @@ code is the run's state (0 Completed, 1 Failed); then `nl2sql serve` answering a
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from nl2sql.config import Config
+from nl2sql.errors import GENERIC_REFUSAL
 from tests.e2e.test_exit_codes import broken_copy
+from tests.support.ask import ModelScript
 
 pytestmark = [pytest.mark.slow, pytest.mark.prefect, pytest.mark.postgres]
 
@@ -84,7 +87,7 @@ def test_ci_runs_the_eval_deployments_and_fails_on_a_regression(server: dict[str
 
 
 def test_serve_answers_a_question_started_from_a_deployment_run(server: dict[str, str], project: Config,
-                                                                tmp_path: Path) -> None:
+                                                                model: ModelScript, tmp_path: Path) -> None:
     served = _start([str(BIN / "nl2sql"), "-c", str(project.path), "serve"], server, tmp_path / "serve.log")
     try:
         deadline = time.monotonic() + 120
@@ -96,5 +99,23 @@ def test_serve_answers_a_question_started_from_a_deployment_run(server: dict[str
                      "question=How much did we earn in each year?", "--param", "role=analyst", "--watch"], server)
         assert asked.returncode == 0, asked.stdout + asked.stderr + (tmp_path / "serve.log").read_text()
         assert "Completed" in asked.stdout
+
+        # `nl2sql ask` hands its question to the warm process: it answers with no Prefect API of its own
+        # (this process's PREFECT_API_URL leads nowhere), the refusal and its exit code come back too
+        nowhere = {**server, "PREFECT_API_URL": "http://127.0.0.1:9/api"}
+        nl2sql = str(BIN / "nl2sql")
+        handed = run([nl2sql, "-c", str(project.path), "ask", "How much did we earn in each year?", "--role",
+                      "analyst", "--json"], nowhere)
+        assert handed.returncode == 0, handed.stdout + handed.stderr
+        assert json.loads(handed.stdout)["status"] == "success"
+        shown = run([nl2sql, "-c", str(project.path), "ask", "How many urgent tickets are still open?", "--role",
+                     "support"], nowhere)
+        assert shown.returncode == 0 and "verified queries" in shown.stderr  # the steps, streamed back
+        refused = run([nl2sql, "-c", str(project.path), "ask", "Which customers live in Brazil?", "--role",
+                       "viewer", "--json"], nowhere)
+        assert refused.returncode == 1 and GENERIC_REFUSAL in refused.stdout
+        unknown = run([nl2sql, "-c", str(project.path), "ask", "How many tracks?", "--role", "nosuch"], nowhere)
+        assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
     finally:
         _stop(served)
+    assert not (project.state_dir / "serve-desk.json").exists()  # the desk is gone with its process

@@ -62,7 +62,7 @@ def served(fake: FakeLLMServer, tmp_path_factory: pytest.TempPathFactory) -> Ite
             while "deployments are being served" not in log.read_text():
                 assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
                 time.sleep(1)
-            yield api.removesuffix("/api")
+            yield api
         finally:
             proc.terminate()
             proc.wait(timeout=30)
@@ -92,8 +92,19 @@ def _wait_for_state(page: Any, wanted: tuple[str, ...], timeout: float = 120) ->
     return state
 
 
-def _ask_in_the_run_form(page: Any, ui: str, question: str, role: str, shots: Path) -> None:
+def _runs_asking(api: str, question: str) -> set[str]:
+    """The ids of the flow runs whose question is `question` (read from the API: the UI's lists refresh late)."""
+    from prefect import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: api}), get_client(sync_client=True) as client:
+        return {str(run.id) for run in client.read_flow_runs(limit=50) if run.parameters.get("question") == question}
+
+
+def _ask_in_the_run_form(page: Any, api: str, question: str, role: str, shots: Path) -> None:
     """Open the ask deployment, fill its custom run form, submit, and open the new flow run."""
+    ui = api.removesuffix("/api")
+    before = _runs_asking(api, question)
     page.goto(f"{ui}/deployments")
     page.get_by_role("link", name="ask", exact=True).first.click()
     page.get_by_role("button", name="Run", exact=True).click()
@@ -104,9 +115,12 @@ def _ask_in_the_run_form(page: Any, ui: str, question: str, role: str, shots: Pa
     role_field.locator("textarea, input").first.fill(role)
     page.screenshot(path=str(shots / "ui-ask-run-form.png"))
     page.get_by_role("button", name="Submit").click()
-    page.wait_for_timeout(2500)  # back on the deployment's runs, the new one first
-    page.locator("a[href*='/runs/flow-run/']").first.click()
-    page.wait_for_url(re.compile(r".*/runs/flow-run/.*"))
+    deadline, new = time.monotonic() + 60, set()
+    while not new and time.monotonic() < deadline:
+        new = _runs_asking(api, question) - before
+        time.sleep(0.5)
+    assert len(new) == 1, f"the run form created {len(new)} runs"
+    page.goto(f"{ui}/runs/flow-run/{new.pop()}")
 
 
 @pytest.fixture

@@ -1,0 +1,101 @@
+"""A question from the command line, end to end, as a user waits for it: the installed `nl2sql ask` of a verified
+question (no model) in a fresh process, timed from the outside, with its peak memory.
+
+Three ways, each `--runs` times on a fresh demo project (index built first):
+
+- `temporary`: no Prefect server set: each process starts Prefect's temporary server;
+- `server`: a running `prefect server start` (PREFECT_API_URL): imports, embedder and index still load per
+  process;
+- `served`: `nl2sql ask` with `nl2sql serve` running on the project: the question is handed to its warm
+  process (the engine, index and embedder loaded once) and runs there as a flow run of `ask`;
+- `deployment_run`: `prefect deployment run 'ask/ask' --watch` answered by the same `nl2sql serve` (each such
+  run a subprocess the serving process starts), for comparison.
+
+Targets (issue: a question in human time): a verified question ≤ 1.5 s with `nl2sql serve` running, ≤ 4 s
+without. Prints p50/max per way and writes cli_latency.json beside this file.
+
+    .venv/bin/python benchmarks/perf/cli_latency.py [--runs N] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+BIN = Path(sys.executable).parent
+QUESTION = "How much did we earn in each year?"  # a verified query on chinook: no model
+
+
+def timed(args: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[float, float, int]:
+    """(seconds, peak RSS in MB of the command and its children, exit code) of one command."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    started = time.perf_counter()
+    proc = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    seconds = time.perf_counter() - started
+    peak = max(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, before) / 1024
+    if proc.returncode != 0:
+        print(proc.stdout[-2000:], proc.stderr[-2000:], file=sys.stderr)
+    return seconds, peak, proc.returncode
+
+
+def summary(samples: list[tuple[float, float, int]]) -> dict[str, float]:
+    seconds = [s for s, _, _ in samples]
+    return {"p50_s": round(statistics.median(seconds), 2), "max_s": round(max(seconds), 2),
+            "peak_rss_mb": round(max(m for _, m, _ in samples)), "failed": sum(1 for *_, c in samples if c)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=Path(__file__).with_suffix(".json"))
+    args = parser.parse_args()
+    from tests.support.prefect_server import steady_prefect_server
+
+    work = Path(tempfile.mkdtemp(prefix="nl2sql-cli-latency-"))
+    nl2sql = str(BIN / "nl2sql")
+    base = {**os.environ, "DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    base.pop("PREFECT_API_URL", None)
+    subprocess.run([nl2sql, "init", "--demo", str(work / "demo")], env=base, check=True, capture_output=True)
+    config = str(work / "demo" / "nl2sql.yaml")
+    subprocess.run([nl2sql, "-c", config, "index", "build"], env=base, check=True, capture_output=True)
+    ask = [nl2sql, "-c", config, "ask", QUESTION, "--role", "analyst"]
+    figures: dict[str, object] = {"question": QUESTION, "runs": args.runs}
+    figures["temporary"] = summary([timed(ask, base) for _ in range(args.runs)])
+    print("temporary server:", figures["temporary"], flush=True)
+    with steady_prefect_server(work / "prefect-server") as (_, env):
+        env = {**env, "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
+        timed(ask, env)  # the server's first flow run registers the flow
+        figures["server"] = summary([timed(ask, env) for _ in range(args.runs)])
+        print("running server:", figures["server"], flush=True)
+        serving = subprocess.Popen([nl2sql, "-c", config, "serve"], env=env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True)
+        try:
+            for line in serving.stdout:  # type: ignore[union-attr]
+                if "being served" in line:
+                    break
+            figures["served"] = summary([timed(ask, env) for _ in range(args.runs)])
+            print("nl2sql ask, handed to nl2sql serve:", figures["served"], flush=True)
+            run = [str(BIN / "prefect"), "deployment", "run", "ask/ask", "--param", f"question={QUESTION}",
+                   "--param", "role=analyst", "--watch"]
+            figures["deployment_run"] = summary([timed(run, env) for _ in range(args.runs)])
+            print("prefect deployment run, served:", figures["deployment_run"], flush=True)
+        finally:
+            serving.terminate()
+            serving.wait(timeout=30)
+    figures["targets_s"] = {"served": 1.5, "without_serve": 4.0}
+    args.out.write_text(json.dumps(figures, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

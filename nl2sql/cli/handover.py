@@ -1,0 +1,73 @@
+"""Handing a question to a running `nl2sql serve` (its question desk), and reading back its events and result:
+the engine is warm there, so the question skips this process's imports, Prefect's start and the index loads."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nl2sql.errors import HandedOverError
+
+if TYPE_CHECKING:
+    from nl2sql.events import Event
+    from nl2sql.pipeline.result import QueryResult
+
+#: The file `nl2sql serve` writes in the state folder (flows/desk.py; not imported here: it imports Prefect).
+DESK_FILE = "serve-desk.json"
+
+
+@dataclass(frozen=True)
+class Desk:
+    """Where a running `nl2sql serve` takes questions."""
+
+    port: int
+    token: str
+
+
+def find_desk(state_dir: Path) -> Desk | None:
+    """The desk of a `nl2sql serve` running on this project, or None (no file, or its process is gone)."""
+    try:
+        found = json.loads((state_dir / DESK_FILE).read_text())
+        os.kill(int(found["pid"]), 0)
+        return Desk(port=int(found["port"]), token=str(found["token"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def hand_over(desk: Desk, parameters: dict[str, Any], on_event: Callable[[Event], None] | None) -> QueryResult | None:
+    """Run the question at the desk: each event to `on_event` as it comes, then the result; None when the desk
+    does not answer (the caller asks here instead); the run's own error raised as HandedOverError."""
+    from nl2sql.events import Event
+    from nl2sql.pipeline.result import QueryResult
+
+    connection = http.client.HTTPConnection("127.0.0.1", desk.port, timeout=5)
+    try:
+        connection.request("POST", "/ask", body=json.dumps(parameters).encode(),
+                           headers={"Authorization": f"Bearer {desk.token}", "Content-Type": "application/json"})
+        connection.sock.settimeout(None)  # a run may wait long between two lines (for an approver)
+        response = connection.getresponse()
+    except OSError:
+        return None
+    try:
+        if response.status != 200:  # a desk of another process, or of another token: ask here
+            return None
+        for raw in response:
+            line = json.loads(raw)
+            if "event" in line:
+                if on_event is not None:
+                    on_event(Event.model_validate(line["event"]))
+            elif "result" in line:
+                return QueryResult.model_validate(line["result"])
+            else:
+                error = line["error"]
+                raise HandedOverError(error["code"], error["message"], fix=error.get("fix"),
+                                      exit_code=int(error["exit_code"]))
+    finally:
+        connection.close()
+    raise HandedOverError("ENGINE_FAULT", "`nl2sql serve` stopped before the question finished.",
+                          fix="See its output; ask again.", exit_code=1)

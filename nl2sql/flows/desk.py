@@ -1,0 +1,125 @@
+"""The question desk of `nl2sql serve`: a question that `nl2sql ask` hands over runs here, in the warm process (the
+engine with its index, embedder and connections loaded once), still as a flow run of `ask`; its events and its
+result go back as JSON lines over loopback while it runs.
+
+Who may hand a question over: whoever reads the desk's file in the project's state folder (it holds a token;
+written mode 0600), that is, whoever could read the project's state and ask the question themselves.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hmac
+import json
+import os
+import queue
+import secrets
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from nl2sql.errors import EngineFault, NL2SQLError, exit_code_of
+from nl2sql.events import Event
+from nl2sql.flows.ask import ASK_LISTENERS, ask_here, runtime_for
+from nl2sql.index.embed import shared_embedder
+
+#: The desk's address and token, in the project's state folder.
+DESK_FILE = "serve-desk.json"
+#: The parameters of `ask` a handed-over question may set (the project is the desk's).
+ASK_PARAMETERS = ("question", "role", "user_id", "datasource_id", "execute")
+_relay_to: contextvars.ContextVar[queue.Queue | None] = contextvars.ContextVar("nl2sql_desk_queue", default=None)
+
+
+def _relay(event: Event) -> None:
+    """An ask event, to the handed-over question it belongs to (the context its run was started in)."""
+    outbox = _relay_to.get()
+    if outbox is not None:
+        outbox.put(event)
+
+
+class QuestionDesk:
+    """A loopback HTTP endpoint (POST /ask) that runs handed-over questions through the `ask` flow."""
+
+    def __init__(self, config: Path, state_dir: Path) -> None:
+        self.config = str(config.resolve())
+        self.file = state_dir / DESK_FILE
+        self.token = secrets.token_urlsafe(32)
+        desk = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                desk.answer(self)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+
+    def start(self) -> None:
+        """Load the engine, listen, and tell `nl2sql ask` where (the desk file)."""
+        runtime = runtime_for(self.config)  # the engine and its connections, loaded once
+        shared_embedder().embed(["warm"])  # the embedding model, loaded once
+        for datasource in runtime.config.datasources:  # each live index read once (it stays cached)
+            runtime.index.retriever.live(datasource.id)
+        if _relay not in ASK_LISTENERS:
+            ASK_LISTENERS.append(_relay)
+        threading.Thread(target=self.server.serve_forever, name="nl2sql-desk", daemon=True).start()
+        self.file.parent.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(self.file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as out:
+            json.dump({"pid": os.getpid(), "port": self.server.server_address[1], "token": self.token}, out)
+
+    def close(self) -> None:
+        """Stop listening and take the desk file away."""
+        self.file.unlink(missing_ok=True)
+        self.server.shutdown()
+        self.server.server_close()
+
+    def answer(self, request: BaseHTTPRequestHandler) -> None:
+        """One handed-over question: its events as they come, then its result (or its error), one JSON per line."""
+        given = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        if request.path != "/ask" or not hmac.compare_digest(given, self.token):
+            request.send_error(403)
+            return
+        try:
+            body = json.loads(request.rfile.read(int(request.headers.get("Content-Length") or 0)))
+            parameters = {k: body[k] for k in ASK_PARAMETERS if k in body}
+            assert isinstance(parameters.get("question"), str)
+        except (ValueError, AssertionError):
+            request.send_error(400)
+            return
+        outbox: queue.Queue[Any] = queue.Queue()
+
+        def run() -> None:
+            _relay_to.set(outbox)
+            try:
+                outbox.put(("result", ask_here(config=self.config, **parameters)))
+            except NL2SQLError as exc:
+                outbox.put(("error", exc))
+            except Exception as exc:
+                outbox.put(("error", EngineFault(exc)))
+
+        threading.Thread(target=contextvars.copy_context().run, args=(run,), name="nl2sql-desk-ask",
+                         daemon=True).start()
+        request.send_response(200)
+        request.send_header("Content-Type", "application/x-ndjson")
+        request.end_headers()
+        while True:
+            item = outbox.get()
+            if isinstance(item, Event):
+                line = {"event": item.model_dump(mode="json")}
+            elif item[0] == "result":
+                line = {"result": item[1].model_dump(mode="json")}
+            else:
+                exc = item[1]
+                line = {"error": {"code": exc.code, "message": exc.message, "fix": exc.fix,
+                                  "exit_code": exit_code_of(exc)}}
+            try:
+                request.wfile.write((json.dumps(line, default=str) + "\n").encode())
+                request.wfile.flush()
+            except OSError:  # the asker went away: the run goes on, its result stays in the trace
+                return
+            if not isinstance(item, Event):
+                return
