@@ -124,7 +124,7 @@ def index_check_command(
         console.print(f"[{colours[report.status]}]{escape(report.datasource_id)}: {report.status}[/]"
                       + (f" ({escape(report.diff.summary())})" if not report.diff.empty else ""))
         if report.status in ("drifted", "failed"):
-            console.print(Markdown(report.markdown().split("\n", 3)[-1]))
+            console.print(Markdown(report.markdown(heading=False)))
         elif report.message:
             console.print(escape(report.message))
     raise typer.Exit(outcome["exit_code"])

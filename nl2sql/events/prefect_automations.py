@@ -64,6 +64,14 @@ def _upsert(name: str, description: str, trigger: Any, actions: list[Any]) -> tu
     return existing.id, False
 
 
+def _on_each(event: str, **match_related: Any) -> Any:
+    """A trigger that fires once for every `event` (optionally only for related resources matching)."""
+    from prefect.events.schemas.automations import EventTrigger, Posture
+
+    return EventTrigger(expect={event}, posture=Posture.Reactive, threshold=1, within=0,
+                        **({"match_related": match_related} if match_related else {}))
+
+
 def _webhook(block: str, url: str) -> UUID:
     """A webhook block saved under `block` (the URL kept secret in Prefect's API); its id."""
     from prefect.blocks.webhook import Webhook
@@ -77,12 +85,10 @@ def _webhook(block: str, url: str) -> UUID:
 def apply_approval_automation(webhook_url: str) -> tuple[UUID, bool]:
     """approval.requested → the approvers' webhook: (its id, whether it was created)."""
     from prefect.events.actions import CallWebhook
-    from prefect.events.schemas.automations import EventTrigger, Posture
 
-    trigger = EventTrigger(expect={"nl2sql.approval.requested"}, posture=Posture.Reactive, threshold=1, within=0)
     actions = [CallWebhook(block_document_id=_webhook(WEBHOOK_BLOCK, webhook_url), payload=PAYLOAD)]
     return _upsert(AUTOMATION_NAME, "Calls settings.approvals.webhook_url when a question's SQL needs an approver.",
-                   trigger, actions)
+                   _on_each("nl2sql.approval.requested"), actions)
 
 
 def apply_drift_automation() -> tuple[UUID, bool] | None:
@@ -90,7 +96,6 @@ def apply_drift_automation() -> tuple[UUID, bool] | None:
     not deployed."""
     from prefect import get_client
     from prefect.events.actions import RunDeployment
-    from prefect.events.schemas.automations import EventTrigger, Posture
     from prefect.exceptions import ObjectNotFound
 
     with get_client(sync_client=True) as client:
@@ -98,19 +103,17 @@ def apply_drift_automation() -> tuple[UUID, bool] | None:
             deployment = client.read_deployment_by_name(DRIFT_DEPLOYMENT)
         except ObjectNotFound:
             return None
-    trigger = EventTrigger(expect={"nl2sql.schema.drifted"}, posture=Posture.Reactive, threshold=1, within=0)
     actions = [RunDeployment(source="selected", deployment_id=deployment.id)]
-    return _upsert(DRIFT_AUTOMATION_NAME, "Runs eval-retrieval when a drift check finds a new drift.", trigger,
-                   actions)
+    return _upsert(DRIFT_AUTOMATION_NAME, "Runs eval-retrieval when a drift check finds a new drift.",
+                   _on_each("nl2sql.schema.drifted"), actions)
 
 
 def apply_failures_automation(webhook_url: str, flows: Sequence[str] = WATCHED_FLOWS) -> tuple[UUID, bool]:
     """A Failed run of an eval or drift-check flow → the failures' webhook: (its id, whether it was created)."""
     from prefect.events.actions import CallWebhook
-    from prefect.events.schemas.automations import EventTrigger, Posture
 
-    trigger = EventTrigger(expect={"prefect.flow-run.Failed"}, posture=Posture.Reactive, threshold=1, within=0,
-                           match_related={"prefect.resource.role": "flow", "prefect.resource.name": list(flows)})
+    trigger = _on_each("prefect.flow-run.Failed", **{"prefect.resource.role": "flow",
+                                                       "prefect.resource.name": list(flows)})
     actions = [CallWebhook(block_document_id=_webhook(FAILURES_WEBHOOK_BLOCK, webhook_url), payload=FAILURES_PAYLOAD)]
     return _upsert(FAILURES_AUTOMATION_NAME, "Calls settings.prefect.failures_webhook_url when an eval or drift "
                    "check run fails.", trigger, actions)

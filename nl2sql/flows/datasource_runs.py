@@ -1,5 +1,5 @@
-"""What the flows over datasources (index build, drift check) open first: the project, the datasources asked for
-(each checked), the state store, and an event bus forwarding to Prefect under the flow run's id."""
+"""What the flows over datasources (index build, drift check, purge) open first: the project and the datasources
+asked for (each checked), and an event bus forwarding to Prefect under the flow run's id."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from nl2sql.config import Config, config_path
 from nl2sql.events import EventBus
 from nl2sql.events.prefect_events import forward_to_prefect
 from nl2sql.events.prefect_logs import guard_prefect_logs
-from nl2sql.index.store import StateStore
 from nl2sql.project import load_project
 
 
@@ -24,15 +23,18 @@ def run_name(verb: str) -> Callable[[], str]:
     return name
 
 
-def open_datasource_run(config: str | None, datasource_ids: list[str] | None,
-                        forward: Callable[..., None] = forward_to_prefect) -> tuple[Config, list[str], StateStore,
-                                                                                    EventBus]:
-    """(the project, the datasource ids — all by default, each one known —, its state store, the run's bus)."""
+def open_datasource_run(config: str | None, datasource_ids: list[str] | None) -> tuple[Config, list[str]]:
+    """(the project, the datasource ids: all by default, each one known), Prefect's logs guarded."""
     guard_prefect_logs()
     cfg = load_project(config_path(config))
     ids = datasource_ids or [d.id for d in cfg.datasources]
     for ds in ids:
         cfg.datasource(ds)
-    bus = EventBus(trace_id=str(flow_run.get_id()))
+    return cfg, ids
+
+
+def run_bus(forward: Callable[..., None] = forward_to_prefect, trace_id: str | None = None) -> EventBus:
+    """An event bus under the flow run's id (or `trace_id`), forwarding to Prefect."""
+    bus = EventBus(trace_id=trace_id or str(flow_run.get_id()))
     bus.subscribe(forward)
-    return cfg, ids, StateStore(cfg.state_dir), bus
+    return bus

@@ -16,8 +16,9 @@ from nl2sql.datasources import DatasourceCatalog
 from nl2sql.errors import NL2SQLError
 from nl2sql.evaluation.suite import load_suite
 from nl2sql.events.prefect_events import forward_to_prefect
-from nl2sql.flows.datasource_runs import open_datasource_run, run_name
+from nl2sql.flows.datasource_runs import open_datasource_run, run_bus, run_name
 from nl2sql.index.drift import EXIT_CODES, DriftReport
+from nl2sql.index.store import StateStore
 from nl2sql.policies import scope
 from nl2sql.tasks.drift import check_datasource
 
@@ -37,7 +38,8 @@ def drift_check(datasource_ids: list[str] | None = None, config: str | None = No
                 suites: list[str] | None = None, expectations: bool = True) -> dict[str, Any]:
     """Check each datasource's live schema and data against its live index build (as `role` may see it; no role:
     everything, and `schema.drifted` for each drift not seen by the previous check)."""
-    cfg, ids, store, bus = open_datasource_run(config, datasource_ids, forward_to_prefect)
+    cfg, ids = open_datasource_run(config, datasource_ids)
+    store, bus = StateStore(cfg.state_dir), run_bus(forward_to_prefect)
     reports: list[DriftReport] = []
     with DatasourceCatalog(cfg, block_loader=load_datasource_url) as catalog:
         for ds in ids:

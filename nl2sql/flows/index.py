@@ -19,8 +19,8 @@ from nl2sql.datasources import DatasourceCatalog
 from nl2sql.errors import DatasourceError, IndexBuildFailed, NL2SQLError
 from nl2sql.events import EventBus
 from nl2sql.events.prefect_events import forward_to_prefect
-from nl2sql.flows.datasource_runs import open_datasource_run, run_name
-from nl2sql.index.build import BuildResult, build_datasource
+from nl2sql.flows.datasource_runs import open_datasource_run, run_bus, run_name
+from nl2sql.index.build import BuildResult, build_datasource, publish_unreadable
 from nl2sql.index.embed import shared_embedder
 from nl2sql.index.store import StateStore
 from nl2sql.project import load_project
@@ -58,8 +58,7 @@ def build_one(config: Config, catalog: DatasourceCatalog, store: StateStore, dat
         adapter = catalog.get(datasource_id)
     except NL2SQLError as exc:
         bus.publish("index.started", datasource_id=datasource_id, full=full)
-        bus.publish("datasource.failed", datasource_id=datasource_id, message=exc.message, fix=exc.fix)
-        bus.publish("index.failed", datasource_id=datasource_id, message=str(exc))
+        publish_unreadable(bus.publish, datasource_id, exc)
         raise
     return build_datasource(adapter, store, shared_embedder(), profile=config.settings.profile,
                             keep=config.storage.keep_builds, sample_questions=ds.sample_questions,
@@ -87,8 +86,7 @@ def build_where_placed(config: str, datasource_id: str, full: bool, trace_id: st
     """One datasource's build wherever the task runner put it (a thread here, a Dask worker elsewhere): the
     project, its adapter and the state store are opened there, events go out under the flow run's trace id."""
     cfg = load_project(Path(config))
-    bus = EventBus(trace_id=trace_id)
-    bus.subscribe(forward_to_prefect)
+    bus = run_bus(forward_to_prefect, trace_id)
 
     def report(stage: str, done: int, total: int) -> None:
         for listener in PROGRESS_LISTENERS:  # the listeners of this process (a Dask worker has none)
@@ -107,7 +105,7 @@ def index_build(datasource_ids: list[str] | None = None, config: str | None = No
     """Build (or incrementally rebuild) the index of each datasource, each a task the flow's task runner places
     (`PARALLEL_BUILDS` threads by default; `nl2sql index build --dask-workers N` runs them on a Dask cluster); the
     previous build serves until commit."""
-    cfg, ids, _store, _bus = open_datasource_run(config, datasource_ids, forward_to_prefect)
+    cfg, ids = open_datasource_run(config, datasource_ids)
     logger = get_run_logger()
     progress = _Progress(ids)
     results: list[BuildResult] = []

@@ -197,6 +197,12 @@ def run_in_place(stage: Stage, *args: Any, **kwargs: Any) -> Any:
     return stage.fn(*args, **kwargs)
 
 
+def publish_unreadable(publish: Publish, datasource_id: str, exc: NL2SQLError) -> None:
+    """The events of a build whose database could not be opened or read: the datasource's problem, with its fix."""
+    publish("datasource.failed", datasource_id=datasource_id, message=exc.message, fix=exc.fix)
+    publish("index.failed", datasource_id=datasource_id, message=str(exc))
+
+
 def build_datasource(adapter: Adapter, store: StateStore, embedder: Embedder, *, profile: ProfileSettings,
                      keep: int = 3, sample_questions: Sequence[str] = (), verified: Sequence[VerifiedQuery] = (),
                      description: str = "", full: bool = False, progress: Progress | None = None,
@@ -221,8 +227,7 @@ def build_datasource(adapter: Adapter, store: StateStore, embedder: Embedder, *,
     try:
         plan = stage("reflect", adapter, store, full=full)
     except NL2SQLError as exc:  # the database could not be read: a datasource problem, with its fix
-        emit("datasource.failed", datasource_id=datasource_id, message=exc.message, fix=exc.fix)
-        emit("index.failed", datasource_id=datasource_id, message=str(exc))
+        publish_unreadable(emit, datasource_id, exc)
         raise
     except Exception as exc:
         emit("index.failed", datasource_id=datasource_id, message=f"{type(exc).__name__}: {exc}")

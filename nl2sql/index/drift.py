@@ -65,11 +65,12 @@ class DriftReport(BaseModel):
             f"{e.table}.{e.column}:{e.kind}:{e.detail}" for e in self.failed_expectations)
         return hashlib.sha256(text.encode()).hexdigest()
 
-    def markdown(self, *, values: bool = True) -> str:
-        """The report as markdown (the drift flow's artifact, `nl2sql index check`'s detail); without `values`,
-        an expectation's failure is told by counts, never by the values it saw (Prefect's artifacts)."""
+    def markdown(self, *, values: bool = True, heading: bool = True) -> str:
+        """The report as markdown (the drift flow's artifact; without its heading, `nl2sql index check`'s detail);
+        without `values`, an expectation's failure is told by counts, never by the values it saw (Prefect's
+        artifacts)."""
         lines = [f"# Drift check: {self.datasource_id}", "", f"**Status: {self.status}**"
-                 + (f" (live build {self.build_id})" if self.build_id else "")]
+                 + (f" (live build {self.build_id})" if self.build_id else "")] if heading else []
         if self.message:
             lines += ["", self.message]
         if not self.diff.empty:
@@ -110,18 +111,18 @@ def check_drift(adapter: Adapter, store: StateStore, datasource: DatasourceConfi
     readable: Callable[[str], bool] = (lambda table: True) if caller is None else (
         lambda table: allows_table(caller, table))
     queries = datasource.verified_queries
-    visible = {i for i, q in enumerate(queries) if _reads_only(q.sql, adapter.dialect, before, readable)}
+    reads = [columns_read(q.sql, adapter.dialect, before) for q in queries]  # each statement parsed once
+    visible = {i for i, read in enumerate(reads) if read is not None and all(readable(t) for t in read[0])}
     diff = plan.diff
     impact = Impact(
-        verified_queries=[q for q in verified_impact(queries, diff, before, adapter.dialect) if q.position in visible],
+        verified_queries=[q for q in verified_impact(queries, reads, diff) if q.position in visible],
         policy_patterns=stale_patterns(policies, ds, before, plan.snapshot) if caller is None or caller.is_admin
         else [],
-        eval_cases=broken_cases([(i, sql) for i, sql in cases if _reads_only(sql, adapter.dialect, before, readable)],
-                                diff, before, adapter.dialect, _runs(adapter)))
+        eval_cases=broken_cases(cases, diff, before, adapter.dialect, _runs(adapter), readable))
     results: list[ExpectationResult] = []
     if expectations:
-        read = set().union(*(r[1] for q in queries if (r := columns_read(q.sql, adapter.dialect, before)) is not None))
-        expected = [e for e in expectations_for(before, _profiles(store.entries(live.build_id)), read)
+        read_by_verified = set().union(*(read[1] for read in reads if read is not None))
+        expected = [e for e in expectations_for(before, _profiles(store.entries(live.build_id)), read_by_verified)
                     if readable(e.table)]
         results = check_expectations(expected, _samples(adapter, plan.snapshot, expected, sample_rows), ds)
     report = DriftReport(datasource_id=ds, status="unchanged", build_id=live.build_id, diff=diff.scoped(readable),
@@ -129,11 +130,6 @@ def check_drift(adapter: Adapter, store: StateStore, datasource: DatasourceConfi
     if not report.diff.empty or report.failed_expectations or not impact.empty:
         report.status = "drifted"
     return report
-
-
-def _reads_only(sql: str, dialect: str, snapshot: SchemaSnapshot, readable: Callable[[str], bool]) -> bool:
-    read = columns_read(sql, dialect, snapshot)
-    return read is not None and all(readable(t) for t in read[0])
 
 
 def _runs(adapter: Adapter) -> RunCheck:

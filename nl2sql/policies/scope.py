@@ -24,7 +24,8 @@ from nl2sql.config.models import PoliciesConfig
 from nl2sql.errors import UnknownNameError
 
 
-def _matches(pattern: str, datasource: str, table: str, schema: str | None) -> bool:
+def pattern_matches(pattern: str, datasource: str, table: str, schema: str | None = None) -> bool:
+    """Whether a policy pattern (`datasource`, `datasource.table`, `datasource.schema.table`, globs) matches a table."""
     parts = [p.lower() for p in pattern.split(".")]
     if not fnmatchcase(datasource.lower(), parts[0]):
         return False
@@ -55,9 +56,9 @@ class RoleRules:
         """Whether this role may read the table."""
         if self.admin:
             return True
-        if not any(_matches(p, datasource, table, schema) for p in self.allow):
+        if not any(pattern_matches(p, datasource, table, schema) for p in self.allow):
             return False
-        return not any(_matches(p, datasource, table, schema) for p in self.deny)
+        return not any(pattern_matches(p, datasource, table, schema) for p in self.deny)
 
     def reaches(self, datasource: str) -> bool:
         """Whether any table of the datasource could be allowed (its name matches an allow pattern)."""

@@ -43,13 +43,6 @@ class Expectation:
     why: str
     values: tuple[str, ...] = ()
 
-    @property
-    def label(self) -> str:
-        """`table.column` (or `table(a, b)` for a key of several columns)."""
-        if len(self.columns) == 1:
-            return f"{self.table}.{self.columns[0]}"
-        return f"{self.table}({', '.join(self.columns)})"
-
 
 class ExpectationResult(BaseModel):
     """How one expectation fared on the live data."""
@@ -159,9 +152,7 @@ def _detail(expectation: Expectation, checked: Any, frame: pd.DataFrame) -> str:
     if missing:
         return f"no column {', '.join(missing)} in the table"
     if expectation.kind == "value_set":
-        seen = {str(v) for v in frame[expectation.columns[0]].dropna()}
-        gone = [v for v in expectation.values if v not in seen]
-        new = sorted(seen - set(expectation.values))
+        gone, new = _value_set_change(expectation, frame)
         parts = [f"no longer holds {_some(gone)}"] if gone else []
         parts += [f"now also holds {_some(new)}"] if new else []
         return "; ".join(parts) or "its values changed"
@@ -174,14 +165,19 @@ def _detail(expectation: Expectation, checked: Any, frame: pd.DataFrame) -> str:
     return "failed"
 
 
+def _value_set_change(expectation: Expectation, frame: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """(the known values the sample no longer holds, the values it holds that were not known)."""
+    seen = {str(v) for v in frame[expectation.columns[0]].dropna()}
+    return [v for v in expectation.values if v not in seen], sorted(seen - set(expectation.values))
+
+
 def _counted(expectation: Expectation, frame: pd.DataFrame) -> str:
     """A value set's failure in counts: how many known values are gone and how many are new."""
     column = expectation.columns[0]
     if column not in frame.columns:
         return f"no column {column} in the table"
-    seen = {str(v) for v in frame[column].dropna()}
-    gone, new = len(set(expectation.values) - seen), len(seen - set(expectation.values))
-    return f"{gone} of {len(expectation.values)} known values gone, {new} new"
+    gone, new = _value_set_change(expectation, frame)
+    return f"{len(gone)} of {len(expectation.values)} known values gone, {len(new)} new"
 
 
 def _some(values: Sequence[str]) -> str:

@@ -8,7 +8,6 @@ every table the statement reads that had it, so an ambiguous reading errs toward
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from fnmatch import fnmatchcase
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -18,10 +17,13 @@ from nl2sql.config.models import PoliciesConfig, VerifiedQueryConfig
 from nl2sql.datasources.guard import guard_sql, tables_read
 from nl2sql.datasources.models import SchemaSnapshot
 from nl2sql.errors import NL2SQLError
+from nl2sql.policies.scope import pattern_matches
 from nl2sql.schema.snapshot import SchemaDiff, table_key
 
 #: (sql) → None when the statement runs on the live database, else why not (one line, no rows).
 RunCheck = Callable[[str], str | None]
+#: What a statement reads: its tables and its (table, column) pairs, named as the diff names them (lower case).
+Read = tuple[list[str], set[tuple[str, str]]]
 
 
 class QueryImpact(BaseModel):
@@ -67,7 +69,7 @@ class Impact(BaseModel):
                 "eval_cases": len(self.eval_cases)}
 
 
-def columns_read(sql: str, dialect: str, snapshot: SchemaSnapshot) -> tuple[list[str], set[tuple[str, str]]] | None:
+def columns_read(sql: str, dialect: str, snapshot: SchemaSnapshot) -> Read | None:
     """The tables a statement reads and its (table, column) pairs, named as the snapshot's diff names them (lower
     case); None when the guard refuses the statement."""
     try:
@@ -88,20 +90,20 @@ def columns_read(sql: str, dialect: str, snapshot: SchemaSnapshot) -> tuple[list
     return tables, pairs
 
 
-def verified_impact(queries: Sequence[VerifiedQueryConfig], diff: SchemaDiff, before: SchemaSnapshot,
-                    dialect: str) -> list[QueryImpact]:
-    """The verified queries that read a table or column the diff drops or changes, with a reason for each."""
+def verified_impact(queries: Sequence[VerifiedQueryConfig], reads: Sequence[Read | None],
+                    diff: SchemaDiff) -> list[QueryImpact]:
+    """The verified queries that read a table or column the diff drops or changes, with a reason for each (`reads`:
+    each query's `columns_read`)."""
     dropped_tables = {t.lower() for t in diff.removed_tables}
     dropped = {tuple(c.lower().rsplit(".", 1)) for c in diff.removed_columns}
     changed = {(c.table.lower(), c.column.lower()): f"{c.before} → {c.after}" for c in diff.changed_columns}
     out = []
-    for position, query in enumerate(queries):
-        read = columns_read(query.sql, dialect, before)
+    for position, (query, read) in enumerate(zip(queries, reads, strict=True)):
         if read is None:
             continue
         tables, pairs = read
-        pairs |= {tuple(p.column.lower().rsplit(".", 1)) for p in query.parameters.values()  # type: ignore[misc]
-                  if p.column and "." in p.column}
+        pairs = pairs | {tuple(p.column.lower().rsplit(".", 1)) for p in query.parameters.values()  # type: ignore[misc]
+                         if p.column and "." in p.column}
         reasons = [f"reads table {t}, which was dropped" for t in tables if t in dropped_tables]
         reasons += [f"reads {t}.{c}, which was dropped" for t, c in sorted(pairs) if (t, c) in dropped]
         reasons += [f"reads {t}.{c}, whose type changed ({changed[t, c]})" for t, c in sorted(pairs)
@@ -111,50 +113,38 @@ def verified_impact(queries: Sequence[VerifiedQueryConfig], diff: SchemaDiff, be
     return out
 
 
-def stale_patterns(policies: PoliciesConfig, datasource_id: str, before: SchemaSnapshot | None,
+def stale_patterns(policies: PoliciesConfig, datasource_id: str, before: SchemaSnapshot,
                    after: SchemaSnapshot) -> list[PatternImpact]:
     """The allow and deny patterns naming tables of this datasource that matched a table of `before` and match
     none of `after` (a table renamed or dropped under a rule that still names it)."""
+    def matches_any(pattern: str, snapshot: SchemaSnapshot) -> bool:
+        return any(pattern_matches(pattern, datasource_id, t.name, t.schema_name) for t in snapshot.tables)
+
     out = []
     for role, rules in sorted(policies.roles.items()):
         for kind, patterns in (("allow", rules.allow), ("deny", rules.deny)):
             for pattern in patterns:
-                parts = pattern.split(".")
-                if len(parts) < 2 or not fnmatchcase(datasource_id.lower(), parts[0].lower()):
-                    continue
-                if _matches_any(parts[1:], before) and not _matches_any(parts[1:], after):
+                if "." in pattern and matches_any(pattern, before) and not matches_any(pattern, after):
                     out.append(PatternImpact(role=role, kind=kind, pattern=pattern))  # type: ignore[arg-type]
     return out
 
 
 def broken_cases(cases: Iterable[tuple[str, str]], diff: SchemaDiff, before: SchemaSnapshot, dialect: str,
-                 run: RunCheck) -> list[CaseImpact]:
-    """The eval cases, given as (id, gold SQL), that read a table the diff touches and whose SQL no longer runs."""
+                 run: RunCheck, readable: Callable[[str], bool] = lambda table: True) -> list[CaseImpact]:
+    """The eval cases, given as (id, gold SQL), that read only `readable` tables, one the diff touches among them,
+    and whose SQL no longer runs."""
     touched = {t.lower() for t in diff.changed_tables()}
     out = []
     for case_id, sql in cases:
         read = columns_read(sql, dialect, before)
-        if read is None or not touched & set(read[0]):
+        if read is None or not touched & set(read[0]) or not all(readable(t) for t in read[0]):
             continue
         if (why := run(sql)) is not None:
             out.append(CaseImpact(case_id=case_id, tables=read[0], reason=why))
     return out
 
 
-
 def _resolved(snapshot: SchemaSnapshot, name: str, schema: str | None) -> str:
     """A table as the statement names it, as the snapshot's diff names it (its name as written when unknown)."""
     info = snapshot.table(name, schema)
     return table_key(info.schema_name, info.name) if info else table_key(schema, name)
-
-
-def _matches_any(parts: list[str], snapshot: SchemaSnapshot | None) -> bool:
-    if snapshot is None:
-        return False
-    for table in snapshot.tables:
-        if len(parts) == 1 and fnmatchcase(table.name.lower(), parts[0].lower()):
-            return True
-        if len(parts) == 2 and fnmatchcase((table.schema_name or "").lower(), parts[0].lower()) \
-                and fnmatchcase(table.name.lower(), parts[1].lower()):
-            return True
-    return False

@@ -17,7 +17,7 @@ import pytest
 
 from nl2sql.config import Config
 from tests.e2e.test_exit_codes import broken_copy
-from tests.flows.test_approvals import wait_for
+from tests.flows.test_approvals import _drain_workers, wait_for
 
 pytestmark = [pytest.mark.prefect, pytest.mark.slow]
 
@@ -44,6 +44,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with steady_prefect_server(tmp_path_factory.mktemp("prefect-server")) as (api, _), \
             temporary_settings(updates={PREFECT_API_URL: api}):
         yield api
+        _drain_workers()  # while the server still answers: a worker left holding its events blocks later modules
 
 
 @pytest.fixture
