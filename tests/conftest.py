@@ -3,6 +3,7 @@ server and the demo project wired to it (per module) from tests/support/fixtures
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from nl2sql.project import load_project
 
 # Before anything imports Prefect: its home inside the repository's (ignored) state folder, no telemetry.
 prepare_prefect_env(Path(__file__).resolve().parent.parent / ".nl2sql" / "tests")
+# The embedder's rewritten graphs: kept in the same ignored folder, not the user's cache (subprocesses inherit it).
+os.environ["NL2SQL_CACHE_DIR"] = str(Path(__file__).resolve().parent.parent / ".nl2sql" / "cache")
 
 pytest_plugins = ["tests.support.fixtures"]
 

@@ -14,7 +14,11 @@ Three ways, each `--runs` times on a fresh demo project (index built first):
 Targets (issue: a question in human time): a verified question ≤ 1.5 s with `nl2sql serve` running, ≤ 4 s
 without. Prints p50/max per way and writes cli_latency.json beside this file.
 
-    .venv/bin/python benchmarks/perf/cli_latency.py [--runs N] [--out FILE]
+`--against DIR` also times the `server` way with the `nl2sql` package of another checkout (an earlier commit:
+`git worktree add /tmp/before <commit>`), its runs interleaved with this one's, and prints the ratio: on a
+shared machine whose CPU is taken away at times, the ratio holds where seconds drift.
+
+    .venv/bin/python benchmarks/perf/cli_latency.py [--runs N] [--against DIR] [--out FILE]
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -54,10 +59,17 @@ def summary(samples: list[tuple[float, float, int]]) -> dict[str, float]:
             "peak_rss_mb": round(max(m for _, m, _ in samples)), "failed": sum(1 for *_, c in samples if c)}
 
 
+def git_commit(checkout: Path) -> str:
+    """The commit a checkout is at."""
+    return subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path(__file__).with_suffix(".json"))
+    parser.add_argument("--against", type=Path, help="another checkout whose nl2sql package is timed alongside")
     args = parser.parse_args()
     from tests.support.prefect_server import steady_prefect_server
 
@@ -69,14 +81,23 @@ def main() -> None:
     config = str(work / "demo" / "nl2sql.yaml")
     subprocess.run([nl2sql, "-c", config, "index", "build"], env=base, check=True, capture_output=True)
     ask = [nl2sql, "-c", config, "ask", QUESTION, "--role", "analyst"]
-    figures: dict[str, object] = {"question": QUESTION, "runs": args.runs}
+    figures: dict[str, Any] = {"question": QUESTION, "runs": args.runs, "commit": git_commit(ROOT)}
     figures["temporary"] = summary([timed(ask, base) for _ in range(args.runs)])
     print("temporary server:", figures["temporary"], flush=True)
     (work / "prefect-server").mkdir()
     with steady_prefect_server(work / "prefect-server") as (_, env):
         env = {**env, "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
         timed(ask, env)  # the server's first flow run registers the flow
-        figures["server"] = summary([timed(ask, env) for _ in range(args.runs)])
+        if args.against:
+            before_env = {**env, "PYTHONPATH": str(args.against.resolve())}
+            pairs = [(timed(ask, before_env), timed(ask, env)) for _ in range(args.runs)]
+            figures["server"] = summary([now for _, now in pairs])
+            figures["server_before"] = summary([before for before, _ in pairs])
+            figures["server_before"]["checkout"] = git_commit(args.against)
+            figures["server_ratio"] = round(figures["server"]["p50_s"] / figures["server_before"]["p50_s"], 2)
+            print("running server, before:", figures["server_before"], "ratio:", figures["server_ratio"], flush=True)
+        else:
+            figures["server"] = summary([timed(ask, env) for _ in range(args.runs)])
         print("running server:", figures["server"], flush=True)
         serving = subprocess.Popen([nl2sql, "-c", config, "serve"], env=env, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True)

@@ -14,6 +14,7 @@ from rich.table import Table
 from nl2sql.cli.options import JsonOption, RoleOption, app, console, drain_prefect, err_console
 
 if TYPE_CHECKING:
+    from nl2sql.config import Config
     from nl2sql.events import Event
     from nl2sql.pipeline.result import QueryResult
 
@@ -115,7 +116,7 @@ def ask_command(
     result = hand_over(desk, parameters, None if as_json else display) if desk else None
     if result is None:  # no desk, or it did not answer
         here = config if desk is None else ctx.obj.config()
-        result = _ask_here(parameters, str(here.path), None if as_json else display)
+        result = _ask_here(parameters, here, None if as_json else display)
     if as_json:
         typer.echo(json.dumps(result.model_dump(mode="json"), default=str, indent=2))
     else:
@@ -124,14 +125,16 @@ def ask_command(
         raise typer.Exit(1)
 
 
-def _ask_here(parameters: dict, config: str, display: LiveDisplay | None) -> QueryResult:
-    """The question as a flow run of this process (Prefect and the engine started here)."""
-    from nl2sql.flows.ask import ASK_LISTENERS, ask_here
+def _ask_here(parameters: dict, config: Config, display: LiveDisplay | None) -> QueryResult:
+    """The question as a flow run of this process (Prefect and the engine started here, on the configuration
+    the command loaded)."""
+    from nl2sql.flows.ask import ASK_LISTENERS, ask_here, runtime_for
 
+    runtime_for(str(config.path), loaded=config)
     if display is not None:
         ASK_LISTENERS.append(display)
     try:
-        result = ask_here(config=config, **parameters)
+        result = ask_here(config=str(config.path), **parameters)
         drain_prefect()
     finally:
         if display in ASK_LISTENERS:

@@ -31,7 +31,7 @@ from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settin
 from pydantic import Field, SecretStr, ValidationError
 
 from nl2sql.blocks import load_datasource_url, load_llm_block
-from nl2sql.config import config_path
+from nl2sql.config import Config, config_path
 from nl2sql.errors import EngineFault, NL2SQLError
 from nl2sql.events import Event
 from nl2sql.events.prefect_events import forward_to_prefect
@@ -54,16 +54,17 @@ NAME_CHARS = 80
 log = logging.getLogger("nl2sql.flows.ask")
 
 
-def runtime_for(config: str | None) -> Runtime:
-    """The process's runtime for a configuration file (rebuilt when the file changes)."""
+def runtime_for(config: str | None, loaded: Config | None = None) -> Runtime:
+    """The process's runtime for a configuration file (rebuilt when the file changes); `loaded` is that file
+    already loaded and checked by the caller (the CLI), so it is not read a second time."""
     path = Path(config_path(config)).resolve()
     key = (str(path), path.stat().st_mtime if path.exists() else 0.0)
     with _runtimes_lock:
         if key not in _runtimes:
             for old in [k for k in _runtimes if k[0] == key[0]]:
                 _runtimes.pop(old).close()
-            runtime = Runtime(load_project(path), block_loader=load_datasource_url, llm_block_loader=load_llm_block,
-                              forward=forward_to_prefect)
+            runtime = Runtime(loaded or load_project(path), block_loader=load_datasource_url,
+                              llm_block_loader=load_llm_block, forward=forward_to_prefect)
             runtime.listeners = ASK_LISTENERS
             _runtimes[key] = runtime
         return _runtimes[key]

@@ -16,17 +16,20 @@ under different model ids, so an index is never a mix of both.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import threading
 from collections.abc import Sequence
 from functools import cache
+from importlib import metadata
 from importlib.resources import files
 from pathlib import Path
 
 import numpy as np
 
 from nl2sql.errors import NL2SQLError
+from nl2sql.index import fuse, quantize
 from nl2sql.index.fuse import DISABLED_OPTIMIZERS, GraphMismatch, fused_model
 from nl2sql.index.quantize import load_ranges, quantized_model
 
@@ -74,6 +77,47 @@ def read_model(path: Path, expected: str = MODEL_SHA256) -> bytes:
     return data
 
 
+def rewrite_cache_dir() -> Path:
+    """Where rewritten model graphs are kept: $NL2SQL_CACHE_DIR, else $XDG_CACHE_HOME/nl2sql, else ~/.cache/nl2sql."""
+    if os.environ.get("NL2SQL_CACHE_DIR"):
+        return Path(os.environ["NL2SQL_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nl2sql"
+
+
+def rewrite_key(model_sha256: str, precision: str) -> str:
+    """The name of one rewrite: the model file, the precision, this CPU's exact weight type, the calibrated ranges,
+    the rewriting code and the onnx that serialised it (any of them changed: another rewrite)."""
+    parts = [model_sha256, precision, "onnx " + metadata.version("onnx")]
+    if precision == "int8":
+        parts += [quantize.exact_weight_type(), json.dumps(load_ranges(), sort_keys=True)]
+    parts += [Path(module.__file__).read_text(encoding="utf-8") for module in (fuse, quantize)]
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:32]
+
+
+def read_rewrite(key: str) -> bytes | None:
+    """A cached rewrite whose bytes still hash to what was recorded when it was written, else None."""
+    folder = rewrite_cache_dir()
+    try:
+        data = (folder / f"{key}.onnx").read_bytes()
+        recorded = (folder / f"{key}.sha256").read_text(encoding="ascii").strip()
+    except OSError:
+        return None
+    return data if hashlib.sha256(data).hexdigest() == recorded else None
+
+
+def write_rewrite(key: str, data: bytes) -> None:
+    """Keep a rewrite for the next process (each file replaced whole; a cache that cannot be written is skipped)."""
+    folder = rewrite_cache_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, content in ((f"{key}.onnx", data), (f"{key}.sha256", hashlib.sha256(data).hexdigest().encode())):
+            partial = folder / f"{name}.{os.getpid()}.{threading.get_ident()}.part"
+            partial.write_bytes(content)
+            os.replace(partial, folder / name)
+    except OSError as exc:
+        log.debug("The rewritten embedding model was not cached in %s: %s", folder, exc)
+
+
 def shared_embedder() -> Embedder:
     """The process's embedder (loaded once); threads from $NL2SQL_EMBED_THREADS (default 2), precision from
     $NL2SQL_EMBED_PRECISION (int8 or float32, default int8)."""
@@ -111,13 +155,29 @@ class Embedder:
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
-        model, disabled = shipped, []
-        if self.fused:
-            try:
-                model, disabled = fused_model(shipped), DISABLED_OPTIMIZERS
-            except GraphMismatch as exc:  # only another file than the pinned one gets here
-                log.warning("Embedding with the model as shipped (its graph could not be fused: %s).", exc)
-                self.precision = "float32"
+        model, disabled = self._rewritten(shipped)
+        self._session = ort.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"],
+                                             disabled_optimizers=disabled)
+        tokenizer = Tokenizer.from_str(files("nl2sql.index").joinpath(TOKENIZER_FILE).read_text(encoding="utf-8"))
+        tokenizer.enable_truncation(max_length=MAX_TOKENS)
+        tokenizer.no_padding()  # the shipped file pads to a fixed 128; batches are padded to their longest here
+        self._tokenizer = tokenizer
+
+    def _rewritten(self, shipped: bytes) -> tuple[bytes, list[str]]:
+        """(model bytes, optimizers to turn off): the graph fused and, at int8, quantised — read from the rewrite
+        cache when this rewrite of this file was made before (importing onnx and rewriting cost about 1.3 s)."""
+        if not self.fused:
+            return shipped, []
+        key = rewrite_key(self.expected_sha256, self.precision)
+        cached = read_rewrite(key)
+        if cached is not None:
+            return cached, DISABLED_OPTIMIZERS
+        try:
+            model = fused_model(shipped)
+        except GraphMismatch as exc:  # only another file than the pinned one gets here
+            log.warning("Embedding with the model as shipped (its graph could not be fused: %s).", exc)
+            self.precision = "float32"
+            return shipped, []
         if self.precision == "int8":
             calibration = load_ranges()
             if calibration["model_sha256"] != self.expected_sha256:
@@ -125,12 +185,8 @@ class Embedder:
                                     fix="Set NL2SQL_EMBED_PRECISION=float32, or recalibrate: "
                                         "python benchmarks/perf/calibrate_int8.py.")
             model = quantized_model(model, calibration["ranges"])
-        self._session = ort.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"],
-                                             disabled_optimizers=disabled)
-        tokenizer = Tokenizer.from_str(files("nl2sql.index").joinpath(TOKENIZER_FILE).read_text(encoding="utf-8"))
-        tokenizer.enable_truncation(max_length=MAX_TOKENS)
-        tokenizer.no_padding()  # the shipped file pads to a fixed 128; batches are padded to their longest here
-        self._tokenizer = tokenizer
+        write_rewrite(key, model)
+        return model, DISABLED_OPTIMIZERS
 
     @property
     def model_id(self) -> str:

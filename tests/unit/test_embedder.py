@@ -160,3 +160,42 @@ def test_a_graph_the_rewrite_does_not_know_runs_as_shipped(tmp_path: Path, caplo
     assert "could not be fused" in caplog.text
     assert embedder.model_id == MODEL_IDS["float32"]
     assert float((vectors * Embedder(precision="float32").embed(TEXTS)).sum(axis=1).min()) > 0.99999
+
+
+def test_a_rewritten_graph_is_kept_for_the_next_process_and_a_damaged_one_is_made_again(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import nl2sql.index.embed as embed_module
+
+    monkeypatch.setenv("NL2SQL_CACHE_DIR", str(tmp_path / "cache"))
+    first = Embedder().embed(TEXTS)
+    kept = sorted(p.name for p in (tmp_path / "cache").iterdir())
+    assert [Path(name).suffix for name in kept] == [".onnx", ".sha256"]  # no partial file left behind
+
+    def no_rewrite(_: bytes) -> bytes:
+        raise AssertionError("the graph was rewritten again")
+
+    monkeypatch.setattr(embed_module, "fused_model", no_rewrite)
+    assert np.array_equal(Embedder().embed(TEXTS), first)  # read back: the same vectors, no rewrite
+    monkeypatch.undo()
+
+    monkeypatch.setenv("NL2SQL_CACHE_DIR", str(tmp_path / "cache"))
+    graph = next((tmp_path / "cache").glob("*.onnx"))
+    graph.write_bytes(graph.read_bytes()[:-100] + bytes(100))  # damaged on disk: its hash no longer matches
+    assert np.array_equal(Embedder().embed(TEXTS), first)
+    assert embed_module.read_rewrite(graph.stem) is not None  # made again and kept
+
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv("NL2SQL_CACHE_DIR", str(blocked / "cache"))  # a cache that cannot be written: no error
+    assert np.array_equal(Embedder().embed(TEXTS), first)
+
+
+def test_another_precision_or_weight_type_is_another_rewrite(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nl2sql.index import quantize
+    from nl2sql.index.embed import MODEL_SHA256, rewrite_key
+
+    int8 = rewrite_key(MODEL_SHA256, "int8")
+    assert rewrite_key(MODEL_SHA256, "float32") != int8
+    other = "uint8" if quantize.exact_weight_type() == "int8" else "int8"
+    monkeypatch.setattr(quantize, "exact_weight_type", lambda: other)
+    assert rewrite_key(MODEL_SHA256, "int8") != int8
