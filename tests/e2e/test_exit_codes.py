@@ -128,6 +128,19 @@ def test_ask_exit_codes(project: Config, flow_env: dict[str, str], tmp_path: Pat
                       env=flow_env)
     assert_exit(answered, 0)
     assert json.loads(answered.stdout)["status"] == "success"
+    # the command ends without the interpreter's teardown, after its own: the run's audit lines are written
+    audit = tmp_path / "audit"
+    raw = yaml.safe_load(project.path.read_text())
+    raw["observers"] = [{"use": "audit", "options": {"folder": str(audit)}}]
+    raw.setdefault("storage", {})["state_dir"] = str(project.state_dir)
+    audited_config = project.path.parent / f"{tmp_path.name}-audit.yaml"
+    audited_config.write_text(yaml.safe_dump(raw, sort_keys=False))
+    audited_run = nl2sql("-c", str(audited_config), "ask", "How much did we earn in each year?", "--role", "analyst",
+                         "--json", env=flow_env)
+    assert_exit(audited_run, 0)
+    trace_id = json.loads(audited_run.stdout)["trace_id"]
+    events = [json.loads(line) for f in audit.glob("*.jsonl") for line in f.read_text().splitlines()]
+    assert {"run.started", "run.finished"} <= {e["name"] for e in events if e["trace_id"] == trace_id}
 
     refused = nl2sql("-c", config, "ask", "Which customers live in Brazil?", "--role", "viewer", "--json",
                      env=flow_env)
