@@ -90,7 +90,10 @@ def main() -> None:
         timed(ask, env)  # the server's first flow run registers the flow
         if args.against:
             before_env = {**env, "PYTHONPATH": str(args.against.resolve())}
-            pairs = [(timed(ask, before_env), timed(ask, env)) for _ in range(args.runs)]
+            # that checkout's own entry point: the console script of this one may name a function it lacks
+            entry = "from nl2sql.cli import main as m; (getattr(m, 'run', None) or m.main)()"
+            before = [sys.executable, "-c", entry, *ask[1:]]
+            pairs = [(timed(before, before_env), timed(ask, env)) for _ in range(args.runs)]
             figures["server"] = summary([now for _, now in pairs])
             figures["server_before"] = summary([before for before, _ in pairs])
             figures["server_before"]["checkout"] = git_commit(args.against)
