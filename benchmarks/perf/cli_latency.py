@@ -92,7 +92,7 @@ def main() -> None:
             before_env = {**env, "PYTHONPATH": str(args.against.resolve())}
             # that checkout's own entry point: the console script of this one may name a function it lacks
             entry = "from nl2sql.cli import main as m; (getattr(m, 'run', None) or m.main)()"
-            before = [sys.executable, "-c", entry, *ask[1:]]
+            before = [sys.executable, "-P", "-c", entry, *ask[1:]]  # -P: not this folder's package first
             pairs = [(timed(before, before_env), timed(ask, env)) for _ in range(args.runs)]
             figures["server"] = summary([now for _, now in pairs])
             figures["server_before"] = summary([before for before, _ in pairs])
