@@ -153,6 +153,111 @@ def eval_regenerate_command(ctx: typer.Context, suite: Annotated[Path, typer.Arg
     console.print(f"Wrote the rows of {len(result.cases)} cases into {escape(str(suite))}.")
 
 
+@eval_app.command("seed")
+def eval_seed_command(
+    ctx: typer.Context,
+    datasource: Annotated[str, typer.Argument(help="The datasource to draft cases about.")],
+    out: Annotated[Path, typer.Option("--out", help="The drafts file (created, or added to; never a reviewed "
+                                      "suite).")],
+    max_cost: Annotated[float, typer.Option("--max-cost", min=0, help="The dollar cap of the run (required).")],
+    count: Annotated[int, typer.Option("--count", min=1, help="How many drafts to write.")] = 20,
+    role: Annotated[str | None, typer.Option("--role", "-r", help="Draft as this role: only the tables it may read "
+                                             "are shown and used (default: policies.default_role).")] = None,
+    user: Annotated[str | None, typer.Option("--user", help="Your user id (required with policies.users).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Draft eval cases with the eval_seeder model, each checked and run by the engine as your role; exit 0 the
+    count reached, 3 the dollar cap or a batch with nothing usable, 2 a refusal or a usage error."""
+    import os
+
+    from nl2sql.errors import ConfigError, ConfigProblem, SecurityViolation
+    from nl2sql.evaluation.seed import check_seed_caller, check_seed_target
+    from nl2sql.policies.users import acting_role
+
+    if os.environ.get("CI"):
+        raise ConfigError(ConfigProblem("eval seed", datasource, "seeding calls a real model and costs money, so it "
+                                        "never runs in CI (CI is set)", "run it by hand"))
+    config = ctx.obj.config()
+    acting = acting_role(config.policies, user, role) or config.policies.default_role
+    if role is not None:
+        _check_roles(config, [role])
+    check_seed_target(out, config)
+    try:
+        check_seed_caller(config, datasource, [acting])
+    except SecurityViolation as exc:  # a refusal before any call: exit 2, as every refusal of seeding
+        err_console.print(f"[bold red]error[/] [dim]{exc.code}[/]: {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(2) from None
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    from nl2sql.flows.seed import eval_seed
+
+    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        state = eval_seed(datasource, str(out.resolve()), max_cost, [acting], count=count, user_id=user,
+                          config=str(config.path), return_state=True)
+        report = state.result(raise_on_failure=False)
+        drain_prefect()
+    if isinstance(report, SecurityViolation):
+        err_console.print(f"[bold red]error[/] [dim]{report.code}[/]: {escape(str(report))}", soft_wrap=True)
+        raise typer.Exit(2)
+    if isinstance(report, BaseException):
+        raise report
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+    else:
+        from nl2sql.flows.seed import report_lines
+
+        for line in report_lines(report):
+            console.print(escape(line))
+    raise typer.Exit(report["exit_code"])
+
+
+@eval_app.command("review")
+def eval_review_command(
+    drafts: Annotated[Path, typer.Argument(help="A drafts file written by `nl2sql eval seed`.")],
+    into: Annotated[Path, typer.Option("--into", help="The suite approved cases join (created when missing).")],
+    reviewer: Annotated[str, typer.Option("--reviewer", help="Your id, kept on each case you approve.")],
+) -> None:
+    """Walk the drafts one by one: see the question, its SQL and first rows, then approve, edit the question, drop
+    or skip it (q stops; each decision is written at once)."""
+    from rich.table import Table
+
+    from nl2sql.evaluation.seed import Verdict, review_drafts
+    from nl2sql.evaluation.suite import EvalCase
+
+    def decide(case: EvalCase) -> Verdict:
+        console.rule(f"{escape(case.id)} · {case.difficulty or ''} · {', '.join(case.tables)}")
+        console.print(f"[bold]{escape(case.question)}[/]")
+        console.print(escape(case.sql or ""), soft_wrap=True)
+        rows = case.rows or []
+        if rows:
+            table = Table(*[escape(str(k)) for k in rows[0]])
+            for row in rows[:5]:
+                table.add_row(*[escape(str(v)) for v in row.values()])
+            console.print(table)
+        console.print(f"{len(rows)} row{'s' if len(rows) != 1 else ''} · outcome: "
+                      + ", ".join(f"{role} {o}" for role, o in case.outcome.items()))
+        question = None
+        while True:
+            choice = typer.prompt("[a]pprove, [e]dit question, [d]rop, [s]kip, [q]uit", default="s").strip().lower()
+            if choice in ("a", "approve"):
+                return Verdict("approve", question)
+            if choice in ("e", "edit"):
+                question = typer.prompt("Question", default=question or case.question)
+                console.print(f"[bold]{escape(question)}[/] (approve to keep it)")
+                continue
+            if choice in ("d", "drop"):
+                return Verdict("drop")
+            if choice in ("s", "skip"):
+                return Verdict("skip")
+            if choice in ("q", "quit"):
+                return Verdict("quit")
+            err_console.print("Answer a, e, d, s or q.")
+
+    report = review_drafts(drafts, into, reviewer, decide)
+    console.print(f"{report.approved} approved into {escape(str(into))}, {report.dropped} dropped, "
+                  f"{report.left} drafts left in {escape(str(drafts))}.")
+
+
 @eval_app.command("publish")
 def eval_publish_command(
     reports: Annotated[list[Path] | None, typer.Argument(help="Reports (`eval run --out`) to record first.")] = None,

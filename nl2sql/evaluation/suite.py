@@ -42,6 +42,7 @@ class EvalCase(BaseModel):
     datasources: list[str] = Field(min_length=1)
     status: Literal["draft", "approved", "retired"] = "approved"
     origin: Literal["hand", "seeded"] = "hand"
+    reviewed_by: str | None = None  # who approved a seeded draft (`nl2sql eval review`)
     difficulty: Literal["easy", "medium", "hard"] | None = None
     tags: list[str] = Field(default_factory=list)
     paraphrase_group: str | None = None

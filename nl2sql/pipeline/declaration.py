@@ -112,3 +112,15 @@ ASK = Pipeline(
         hook_point("answer.after"),
     ),
 )
+
+
+#: A plan given in advance (a seeded eval case's): its sub-query's checks and run, no model, no refiner (a plan
+#: that fails is dropped), nothing before or after.
+SEED = Pipeline(
+    before=(),
+    sub_query=tuple(step for step in ASK.sub_query if step.name not in ("schema_retrieval", "planner")),
+    refiner=ASK.refiner,
+    retry_from="validator",
+    refinable=frozenset(),
+    after=(),
+)

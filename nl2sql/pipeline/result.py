@@ -45,7 +45,7 @@ class SubQueryResult(BaseModel):
     id: str
     datasource_id: str
     question: str
-    source: Literal["planner", "plan_cache", "verified"] | None = None
+    source: Literal["planner", "plan_cache", "verified", "seeded"] | None = None
     sql: str | None = None
     plan: dict[str, Any] | None = None
     columns: list[str] = Field(default_factory=list)

@@ -34,7 +34,7 @@ class SubQuery:
     verified: VerifiedMatch | None = None
     retrieved: RetrievedSchema | None = None
     plan: PlanModel | None = None
-    plan_source: Literal["planner", "plan_cache", "verified"] | None = None
+    plan_source: Literal["planner", "plan_cache", "verified", "seeded"] | None = None
     schemas: dict[str, str] | None = None
     sql: str | None = None
     tables: list[str] = field(default_factory=list)

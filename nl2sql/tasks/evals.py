@@ -25,3 +25,16 @@ def run_as_task(session: EvalSession, job: EvalJob) -> CaseRecord:
         f" · pass {job.pass_index + 1}" if job.pass_index else "")
     # quote(): the session and job are live objects, not inputs for Prefect to walk or resolve
     return run_case(label, quote(session), quote(job))
+
+
+def _seed_batch(label: str, seeding: Any, batch_no: int, wanted: int) -> None:
+    """One batch of eval seeding: the seeder's calls and the check of each proposal."""
+    seeding.batch(batch_no, wanted)
+
+
+seed_batch = step_task(_seed_batch, name="seed batch", task_run_name="{label}")
+
+
+def seed_batch_as_task(seeding: Any, batch_no: int, wanted: int) -> None:
+    """One seeding batch as a task run, named after its number."""
+    seed_batch(f"batch {batch_no} ({wanted} wanted)", quote(seeding), batch_no, wanted)

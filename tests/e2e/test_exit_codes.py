@@ -7,11 +7,13 @@ arguments, configuration, unknown names, SQL the guard refuses) or an eval serie
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -254,3 +256,57 @@ def test_index_check_exits_by_what_it_found(tmp_path: Path, flow_env: dict[str, 
     (data / "support.sqlite").write_bytes(b"this is not a database" * 100)
     assert_exit(nl2sql("-c", config, "index", "check", "-d", "support", env=flow_env), 2)
     assert_exit(nl2sql("-c", config, "index", "check", "-d", "nosuch", env=flow_env), 2)
+
+
+def first_tracks() -> Callable[[dict], dict]:
+    """The seeder (plan format) proposing five new cases a call: the names of the first n tracks."""
+    numbers = itertools.count(1)
+
+    def answer(body: dict) -> dict:
+        return {"cases": [{"question": f"What are the names of the first {n} tracks?", "difficulty": "easy",
+                           "plan": {"select": [{"expr": {"kind": "column", "table": "t", "column": "Name"},
+                                                "alias": "name"}],
+                                    "from": {"table": "Track", "alias": "t"},
+                                    "order_by": [{"expr": {"kind": "column", "table": "t", "column": "TrackId"},
+                                                  "direction": "asc"}], "limit": n}}
+                          for n in itertools.islice(numbers, 5)]}
+
+    return answer
+
+
+def test_eval_seed_refuses_before_any_call(project: Config, fake: FakeLLMServer, tmp_path: Path) -> None:
+    fake.reset()
+    config = str(project.path)
+    seed = ("-c", config, "eval", "seed", "chinook", "--count", "3", "--max-cost", "1")
+    in_ci = nl2sql(*seed, "--out", str(tmp_path / "d.yaml"), env={"CI": "1"})
+    assert_exit(in_ci, 2)
+    assert "never runs in CI" in in_ci.stderr
+    into_suite = nl2sql(*seed, "--out", str(CHINOOK_SUITE), env={"CI": ""})
+    assert_exit(into_suite, 2)
+    assert "holds approved cases" in into_suite.stderr
+    nowhere = nl2sql("-c", config, "eval", "seed", "webanalytics", "--role", "viewer", "--count", "3", "--max-cost",
+                     "1", "--out", str(tmp_path / "d.yaml"), env={"CI": ""})
+    assert_exit(nowhere, 2)
+    assert GENERIC_REFUSAL in nowhere.stderr
+    assert fake.calls() == 0 and not (tmp_path / "d.yaml").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.prefect
+def test_eval_seed_exit_codes(project: Config, fake: FakeLLMServer, flow_env: dict[str, str], tmp_path: Path) -> None:
+    fake.reset()
+    fake.respond_with("SeedBatch", first_tracks())
+    config = str(project.path)
+    out = tmp_path / "drafts.yaml"
+    written = nl2sql("-c", config, "eval", "seed", "chinook", "--role", "viewer", "--count", "4", "--max-cost", "1",
+                     "--out", str(out), "--json", env={**flow_env, "CI": ""})
+    assert_exit(written, 0)
+    assert json.loads(written.stdout)["written"] == 4
+    assert [c.status for c in load_suite(out).cases] == ["draft"] * 4
+
+    fake.reset()
+    fake.respond_with("SeedBatch", lambda body: {"cases": []})
+    nothing = nl2sql("-c", config, "eval", "seed", "chinook", "--count", "4", "--max-cost", "1", "--out",
+                     str(tmp_path / "none.yaml"), env={**flow_env, "CI": ""})
+    assert_exit(nothing, 3)
+    assert "nothing usable" in nothing.stdout
