@@ -168,12 +168,15 @@ class LLMClient:
             self.on_call(record)
 
     def structured(self, node: str, messages: list[Message], output: type[T], *, max_parse_retries: int = 2,
-                   schema_name: str | None = None, enums: dict[tuple[str, str], list[str]] | None = None) -> T:
+                   schema_name: str | None = None, enums: dict[tuple[str, str], list[str]] | None = None,
+                   temperature: float | None = None, seed: int | None = None) -> T:
         """Ask for an answer that validates as `output`; on a bad answer, retry with its errors (not the answer).
-        `enums` narrows string fields of the schema sent (see `json_schema.with_enums`); parsing is not narrowed."""
+        `enums` narrows string fields of the schema sent (see `json_schema.with_enums`); parsing is not narrowed.
+        `temperature` (with `seed`) samples instead of the model's configured temperature, as in `text`."""
         name = schema_name or output.__name__
         schema = strict_json_schema(output) if not enums else with_enums(strict_json_schema(output), enums)
-        request = ChatRequest(node=node, messages=list(messages), json_schema=schema, schema_name=name)
+        request = ChatRequest(node=node, messages=list(messages), json_schema=schema, schema_name=name,
+                              temperature=temperature, seed=seed)
         for attempt in range(max_parse_retries + 1):
             response = self._call(node, request)
             try:
@@ -191,7 +194,8 @@ class LLMClient:
             feedback = Message("user", "Your answer did not match the required schema:\n"
                                + "\n".join(f"- {line}" for line in errors)
                                + "\nAnswer again with JSON that matches the schema exactly.")
-            request = ChatRequest(node=node, messages=[*messages, feedback], json_schema=request.json_schema, schema_name=name)
+            request = ChatRequest(node=node, messages=[*messages, feedback], json_schema=request.json_schema,
+                                  schema_name=name, temperature=temperature, seed=seed)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def text(self, node: str, messages: list[Message], *, on_delta: OnDelta | None = None,

@@ -72,6 +72,8 @@ def test_twenty_drafts_are_written_checked_and_scoped_and_a_hook_deny_is_counted
     assert (report.written, report.stopped, report.exit_code) == (20, "count_reached", 0)
     assert report.dropped == {"hook_denied": 1, "invalid_question": 1}
     assert report.proposals == 22 and report.calls == fake.calls("SeedBatch") == 5
+    # every call samples, each with its own seed (asked again at temperature 0 a model repeats itself)
+    assert [(r["temperature"], r["seed"]) for r in fake.requests] == [(0.8, n) for n in range(1, 6)]
     assert report.cost_usd is not None and report.cost_usd > 0
     drafts = load_suite(out).cases
     assert len(drafts) == 20 and len({c.id for c in drafts}) == 20
