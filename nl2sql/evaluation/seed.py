@@ -315,14 +315,16 @@ class Seeding:
     def run(self, run_batch: RunBatch | None = None) -> SeedReport:
         """Batches until the run stops; `run_batch` runs one (default: `self.batch` in place)."""
         batch_no = 0
-        while not self.done:
-            batch_no += 1
-            wanted = min(CASES_PER_BATCH, self.count - len(self.drafts))
-            (run_batch or self.batch)(batch_no, wanted)
+        try:
+            while not self.done:
+                batch_no += 1
+                wanted = min(CASES_PER_BATCH, self.count - len(self.drafts))
+                (run_batch or self.batch)(batch_no, wanted)
+        finally:  # a batch that raised still closes the seeder's connections
+            self.client.close()
         self.report.written = len(self.drafts)
         self.report.calls = self.client.budget.calls
         self.report.cost_usd = self.client.cost_usd()
-        self.client.close()
         return self.report
 
     def batch(self, batch_no: int, wanted: int) -> None:
