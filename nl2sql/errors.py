@@ -160,6 +160,17 @@ class ResultTooLarge(DatasourceError):
     code = "RESULT_TOO_LARGE"
 
 
+class ResultFlagged(NL2SQLError):
+    """A result check found a mistake a corrected plan can fix (VALUE_NOT_FOUND, JOIN_FAN_OUT): the sub-query goes
+    back to the refiner once, and its result stands with a warning when no corrected plan runs."""
+
+    code = "RESULT_FLAGGED"
+
+    def __init__(self, code: str, message: str, **kwargs: str | None) -> None:
+        super().__init__(message, **kwargs)
+        self.code = code
+
+
 class IndexBuildFailed(NL2SQLError):
     """No datasource of an index build could be built."""
 

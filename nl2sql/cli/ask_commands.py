@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 #: Step names as the live display shows them.
 STEP_WORDS = {"curated_matcher": "verified queries", "resolver": "routing", "decomposer": "decomposing",
               "schema_retrieval": "schema", "planner": "plan", "validator": "validated", "generator": "SQL",
-              "executor": "ran", "refiner": "refined", "aggregator": "combined", "synthesizer": "answer"}
+              "executor": "ran", "sanity": "checked", "refiner": "refined", "aggregator": "combined", "synthesizer": "answer"}
 
 
 class LiveDisplay:
@@ -71,7 +71,8 @@ def print_result(result: QueryResult, *, streamed: bool) -> None:
         shown = f"{len(rows)} of {total} rows" if total and total > len(rows) else f"{len(rows)} {plural}"
         console.print(f"[dim]{shown}[/]")
     for w in result.warnings:
-        console.print(f"[yellow]note[/] [dim]{w.code}[/]: {escape(w.message)}")
+        fixed = " (a corrected query fixed this)" if w.detail.get("recovered") else ""
+        console.print(f"[yellow]note[/] [dim]{w.code}[/]: {escape(w.message)}{fixed}")
     for e in result.errors:
         err_console.print(f"[bold red]error[/] [dim]{e.code}[/]: {escape(e.message)}" + (f"\n{escape(e.fix)}" if e.fix else ""),
                           soft_wrap=True)
@@ -127,16 +128,11 @@ def ask_command(
 
 def _ask_here(parameters: dict, config: Config, display: LiveDisplay | None) -> QueryResult:
     """The question as a flow run of this process (Prefect and the engine started here, on the configuration
-    the command loaded)."""
-    from nl2sql.flows.ask import ASK_LISTENERS, ask_here, runtime_for
+    the command loaded), through the library's facade."""
+    from nl2sql.engine import Engine
 
-    runtime_for(str(config.path), loaded=config)
-    if display is not None:
-        ASK_LISTENERS.append(display)
-    try:
-        result = ask_here(config=str(config.path), **parameters)
-        drain_prefect()
-    finally:
-        if display in ASK_LISTENERS:
-            ASK_LISTENERS.remove(display)
+    result = Engine(config).ask(parameters["question"], user=parameters["user_id"], role=parameters["role"],
+                                datasource=parameters["datasource_id"], execute=parameters["execute"],
+                                executor="prefect", on_event=display)
+    drain_prefect()
     return result

@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from nl2sql.cli.options import JsonOption, RoleOption, UserOption, app, block_loader, console, datasources_app
+from nl2sql.cli.options import JsonOption, RoleOption, UserOption, app, console, datasources_app
 from nl2sql.errors import ConfigError, ConfigProblem
 
 if TYPE_CHECKING:  # pandas and SQLAlchemy load only for the commands that read data: `--help` stays fast
@@ -83,26 +83,16 @@ def schema_command(
     as_json: JsonOption = False,
 ) -> None:
     """Show the tables and columns a role may read in a datasource."""
-    from nl2sql.datasources import DatasourceCatalog
-    from nl2sql.policies import SecurityViolation, scope
-    from nl2sql.policies.users import acting_role
+    from nl2sql.engine import Engine
 
-    config = ctx.obj.config()
-    role = acting_role(config.policies, user, role)
-    config.datasource(datasource)
-    caller = scope(config.policies, role, datasource)
-    if not caller.reachable:
-        raise SecurityViolation(datasource=datasource)
-    with DatasourceCatalog(config, block_loader=block_loader) as catalog:
-        snapshot = catalog.get(datasource).reflect()
-    tables = [t for t in snapshot.tables if caller.allows(t.name, t.schema_name)]
-    for t in tables:  # a key to a table the role may not see would name it
-        t.foreign_keys = [fk for fk in t.foreign_keys if caller.allows(fk.ref_table, fk.ref_schema)]
+    with Engine(ctx.obj.config()) as engine:
+        role_name = engine.role_of(user, role)
+        tables = engine.schema(datasource, user=user, role=role)
+        dialect = engine.dialect_of(datasource)
     if as_json:
         console.print_json(json.dumps([t.model_dump(mode="json") for t in tables]))
         return
-    role_name = role or config.policies.default_role
-    console.print(f"[bold]{escape(datasource)}[/] ({snapshot.dialect}) as role [bold]{escape(role_name)}[/]: {len(tables)} tables")
+    console.print(f"[bold]{escape(datasource)}[/] ({dialect}) as role [bold]{escape(role_name)}[/]: {len(tables)} tables")
     for t in tables:
         grid = Table("column", "type", "null", "key", title=f"{escape(t.name)}  ({t.row_count if t.row_count is not None else '?'} rows)",
                      title_justify="left")
@@ -125,18 +115,10 @@ def sql_command(
     as_json: JsonOption = False,
 ) -> None:
     """Run one SELECT on a datasource: guard, scope check for the role, read-only execution."""
-    from nl2sql.datasources import DatasourceCatalog, run_checked_sql
-    from nl2sql.policies import scope
-    from nl2sql.policies.users import acting_role
+    from nl2sql.engine import Engine
 
-    config = ctx.obj.config()
-    role = acting_role(config.policies, user, role)
-    config.datasource(datasource)
-    caller = scope(config.policies, role, datasource)
-    limits = config.settings.pipeline
-    with DatasourceCatalog(config, block_loader=block_loader) as catalog:
-        result = run_checked_sql(catalog.get(datasource), statement, caller,
-                                 row_limit=limit or limits.row_limit, timeout_s=limits.statement_timeout_s)
+    with Engine(ctx.obj.config()) as engine:
+        result = engine.sql(statement, datasource=datasource, user=user, role=role, limit=limit)
     if as_json:
         frame = result.plain_frame()
         payload = {"columns": [c.model_dump() for c in result.columns],

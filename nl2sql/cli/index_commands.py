@@ -180,23 +180,17 @@ def retrieve_command(
     as_json: JsonOption = False,
 ) -> None:
     """Show how a question routes across datasources and the schema the planner would get."""
-    from nl2sql.errors import NL2SQLError
-    from nl2sql.index.service import IndexService
-    from nl2sql.policies.users import acting_role
+    from nl2sql.engine import Engine
 
-    config = ctx.obj.config()
-    role = acting_role(config.policies, user, role)
-    if datasource:
-        config.datasource(datasource)
-    service = IndexService(config)
-    wanted = [datasource] if datasource else [d.id for d in config.datasources]
-    missing = service.unbuilt(wanted)
-    if len(missing) == len(wanted):
-        raise NL2SQLError(f"No index for {', '.join(missing)} yet.", fix="Run `nl2sql index build` first.")
+    with Engine(ctx.obj.config()) as engine:
+        engine.role_of(user, role)  # an unknown user or role before anything else
+        if datasource:
+            engine.config.datasource(datasource)
+        missing = engine.unindexed([datasource] if datasource else None)
+        result = engine.retrieve(question, user=user, role=role, datasource=datasource)
     if missing:
         err_console.print(f"[yellow]Not indexed yet, so not routed to[/]: {', '.join(missing)} "
                           "(run `nl2sql index build`).")
-    result = service.retrieve(question, role, datasource, among=[ds for ds in wanted if ds not in missing])
     if as_json:
         payload = {"routing": result.routing.explanation(),
                    "schema": None if result.retrieved is None else {

@@ -431,6 +431,11 @@ class PipelineSettings(Strict):
         default=True, description="Ask the resolver model which datasources a question needs when routing's "
         "evidence is weak (more than one pick): its answer can only narrow the shortlist, never widen it or refuse "
         "(the planner says when the tables it is shown cannot answer). Off: routing's picks go to the decomposer.")
+    sanity_checks: bool = Field(
+        default=True, description="Check each result for the usual mistakes: a filter value the column does not "
+        "hold (VALUE_NOT_FOUND), a join that repeats the rows an aggregate counts (JOIN_FAN_OUT), a column with only "
+        "NULL (ALL_NULL_COLUMN). The first two send the plan back to the refiner once; every finding is a warning "
+        "on the result. The checks' own queries run only when no hook watches execute.before.")
 
 
 class ResourceSettings(Strict):

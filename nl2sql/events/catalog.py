@@ -224,11 +224,12 @@ class ApprovalResolved(EventData):
 
 
 class SanityFlagged(EventData):
-    """A result check flagged something worth a look (never a value)."""
+    """A result check flagged something worth a look: its code and how many (never a value, table or column)."""
 
     sub_query_id: str | None = None
     code: str
-    message: str
+    count: int = 1
+    retry: bool = Field(default=False, description="The finding sent the sub-query back to the refiner.")
 
 
 class SchemaDrifted(EventData):

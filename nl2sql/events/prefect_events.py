@@ -50,7 +50,7 @@ FORWARDED_FIELDS: dict[str, frozenset[str]] = {
                                "asker"),
     # the approver's comment was typed into Prefect's own Resume form
     "approval.resolved": _all("request_id", "outcome", "approver", "role", "reason"),
-    "sanity.flagged": _all("sub_query_id", "code"),
+    "sanity.flagged": _all("sub_query_id", "code", "count", "retry"),
     "index.started": _all("datasource_id", "full"),
     "index.swapped": _all("datasource_id", "build_id", "replaced_build_id", "counts", "embedded", "cached",
                           "changed_tables"),

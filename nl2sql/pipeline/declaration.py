@@ -5,8 +5,10 @@ the inline executor (`pipeline/inline.py`, in-process, for evals and library cal
 
     run.before → curated_matcher → resolver → datasources.after → decomposer
       → per sub-query, in parallel: schema_retrieval → planner (or the plan cache) → plan.after
-           → validator → generator → execute.before → executor → execute.after
-           (a validation or database error: refiner, then again from the validator, up to max_retries)
+           → validator → generator → execute.before → executor → execute.after → sanity
+           (a validation or database error, or a result check's VALUE_NOT_FOUND or JOIN_FAN_OUT: refiner, then
+            again from the validator, up to max_retries; a check's finding retries once, and its result stands
+            when no corrected plan runs)
       → aggregator → synthesizer → answer.after
 """
 
@@ -58,6 +60,10 @@ def _executing(state: Any, sub_query: Any) -> bool:
     return state.execute
 
 
+def _checking(state: Any, sub_query: Any) -> bool:
+    return state.sanity_checks and sub_query.result is not None and sub_query.error is None
+
+
 def _combining(state: Any, sub_query: Any = None) -> bool:
     inputs = {state.combine.left, state.combine.right} if state.combine is not None else set()
     return bool(inputs) and state.execute and not any(sq.dropped for sq in state.sub_queries if sq.id in inputs)
@@ -101,11 +107,13 @@ ASK = Pipeline(
         hook_point("execute.before", per_sub_query=True),
         Step("executor", steps.execute, per_sub_query=True, when=_executing),
         hook_point("execute.after", per_sub_query=True),
+        Step("sanity", steps.check_result, per_sub_query=True, when=_checking),
     ),
     refiner=Step("refiner", steps.refine, per_sub_query=True),
     retry_from="validator",
     # errors a corrected plan can fix; a refusal, a timeout or a model failure never goes to the refiner
-    refinable=frozenset({"PLAN_INVALID", "PLAN_UNSUPPORTED", "DATASOURCE_ERROR", "SQL_REJECTED"}),
+    refinable=frozenset({"PLAN_INVALID", "PLAN_UNSUPPORTED", "DATASOURCE_ERROR", "SQL_REJECTED", "VALUE_NOT_FOUND",
+                         "JOIN_FAN_OUT"}),
     after=(
         Step("aggregator", steps.aggregate, when=_combining),
         Step("synthesizer", steps.synthesize),

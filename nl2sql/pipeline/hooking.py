@@ -77,7 +77,7 @@ def run_hook_point(ctx: RunContext, state: RunState, point: str, sq: SubQuery | 
         error = RunError(code="HOOK_DENIED", message=stop.reason, node=point, sub_query_id=sub_id)
         if stop.scope == "sub_query" and sq is not None:
             sq.error, sq.dropped = error, True
-            state.warnings.append(RunWarning(code="HOOK_DENIED", sub_query_id=sq.id,
+            state.warnings.append(RunWarning(code="HOOK_DENIED", step=point, sub_query_id=sq.id,
                                              message=f"A part of the question was left out: {stop.reason}"))
         else:
             state.end("error", error)

@@ -12,13 +12,17 @@ RunStatus = Literal["success", "plan_only", "error", "needs_approval", "stopped"
 
 
 class RunWarning(BaseModel):
-    """Something the asker should know about a result that is still given (a truncation, unjoined keys…)."""
+    """Something the asker should know about a result that is still given (a truncation, unjoined keys, a value
+    the column does not hold…): its code, the step that found it, and a sentence for the asker."""
 
     model_config = ConfigDict(extra="forbid")
 
     code: str
+    step: str
     message: str
     sub_query_id: str | None = None
+    #: What exactly: a finding's table and column, a repair's path… `recovered: true` on a finding a retry fixed
+    #: (the answer's data notes leave it out).
     detail: dict[str, Any] = Field(default_factory=dict)
 
 

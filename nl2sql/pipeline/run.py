@@ -20,7 +20,7 @@ from nl2sql.pipeline.hooking import run_hook_point
 from nl2sql.pipeline.result import Answer, CombinedResult, QueryResult, RunError, SubQueryResult
 from nl2sql.pipeline.runtime import RunContext, Runtime, timeout_stop
 from nl2sql.pipeline.state import RunState, SubQuery
-from nl2sql.pipeline.steps import result_rows
+from nl2sql.pipeline.steps import restore_flagged, result_rows
 from nl2sql.policies.scope import role_rules
 
 StepCall = Callable[[Step, RunContext, RunState, "SubQuery | None"], None]
@@ -117,6 +117,8 @@ def run_sub_query(pipeline: Pipeline, ctx: RunContext, state: RunState, sq: SubQ
         if sq.error is None:
             i = names.index(pipeline.retry_from)
             continue
+        if sq.flagged is not None and not state.finished:  # no corrected plan ran: the checked result stands
+            restore_flagged(state, sq)
         return
 
 
@@ -209,7 +211,7 @@ def start_run(runtime: Runtime, question: str, *, roles: Sequence[str], user_id:
     trace = runtime.open_trace(trace_id)
     ctx = RunContext(runtime, trace, runtime.llm_client(trace))
     state = RunState(question=question, roles=list(roles), user_id=user_id, datasource_id=datasource_id,
-                     execute=execute)
+                     execute=execute, sanity_checks=runtime.config.settings.pipeline.sanity_checks)
     trace.publish("run.started", question=question, user_id=user_id, roles=list(roles), datasource_id=datasource_id,
                   execute=execute)
     return ctx, state

@@ -24,6 +24,21 @@ class ExpectedColumn:
 
 
 @dataclass
+class Flagged:
+    """A result a check sent back to the refiner, with what produced it: it stands again, with its findings as
+    warnings, when no corrected plan runs."""
+
+    plan: PlanModel | None
+    plan_source: Literal["planner", "plan_cache", "verified", "seeded"] | None
+    sql: str | None
+    written_sql: str | None
+    schemas: dict[str, str] | None
+    tables: list[str]
+    result: ExecutionResult
+    warnings: list[RunWarning]
+
+
+@dataclass
 class SubQuery:
     """One question for one datasource, and everything its steps produced."""
 
@@ -51,6 +66,10 @@ class SubQuery:
     samples: int = 0
     timings_ms: dict[str, float] = field(default_factory=dict)
     prompt_chars: dict[str, int] = field(default_factory=dict)
+    #: The codes of the result checks' findings sent to the refiner (each retries once), and the result the last one
+    #: was found in (see `Flagged`).
+    sanity_retried: set[str] = field(default_factory=set)
+    flagged: Flagged | None = None
     dropped: bool = False  # a hook denied it with scope sub_query; the run goes on without it
     approval: ApprovalRequest | None = None  # waiting for an approver at execute.before
 
@@ -86,6 +105,7 @@ class RunState:
     user_id: str | None = None
     datasource_id: str | None = None
     execute: bool = True
+    sanity_checks: bool = True  # settings.pipeline.sanity_checks
     datasource_ids: list[str] = field(default_factory=list)
     routing: dict[str, Any] | None = None
     answerability: dict[str, Any] | None = None

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from nl2sql.aggregate import CombineSpec, Frame, JoinKeyPair, combine
@@ -17,19 +20,34 @@ from nl2sql.errors import (
     NL2SQLError,
     QuestionNotAnswerable,
     QuestionTooBroad,
+    ResultFlagged,
     SecurityViolation,
 )
+from nl2sql.index.retrieve import LiveIndex
 from nl2sql.index.route import Routing
 from nl2sql.llm.models import Message
 from nl2sql.pipeline import prompts
 from nl2sql.pipeline.result import RunWarning
 from nl2sql.pipeline.runtime import RunContext
-from nl2sql.pipeline.state import ExpectedColumn, RunState, SubQuery
+from nl2sql.pipeline.state import ExpectedColumn, Flagged, RunState, SubQuery
 from nl2sql.plan import PlanModel, ValidatedPlan, generate_sql, plan_from_sql, validate_plan
 from nl2sql.plan.join_keys import Dtype, value_dtype
 from nl2sql.plan.shape import shape_answer
 from nl2sql.policies import Scope, reachable_datasources, scope
+from nl2sql.sanity import (
+    RETRYABLE,
+    Finding,
+    LiteralFilter,
+    Probe,
+    check_fan_out,
+    check_nulls,
+    check_values,
+    literal_filters,
+)
+from nl2sql.sanity.values import plan_tables
 from nl2sql.verified.match import match_verified
+
+log = logging.getLogger("nl2sql.pipeline")
 
 # --- before the sub-queries -----------------------------------------------------------------------
 
@@ -77,7 +95,7 @@ def resolve_datasources(ctx: RunContext, state: RunState) -> None:
     index = ctx.index
     built = [ds for ds in reachable if ds not in index.unbuilt(reachable)]
     for ds in sorted(set(reachable) - set(built)):
-        state.warnings.append(RunWarning(code="INDEX_NOT_BUILT", message=f"Datasource {ds} has no index build yet "
+        state.warnings.append(RunWarning(code="INDEX_NOT_BUILT", step="resolver", message=f"Datasource {ds} has no index build yet "
                                          "and was not considered. Run `nl2sql index build`."))
     if not built:
         raise IndexNotBuilt("No datasource this question could use has an index yet.",
@@ -141,7 +159,7 @@ def decompose(ctx: RunContext, state: RunState) -> None:
     for i, sq in enumerate(plan.sub_queries):
         named = prompts.same_ids([sq.datasource_id], state.datasource_ids)
         if not named:  # the model may not add a datasource
-            state.warnings.append(RunWarning(code="SUB_QUERY_DROPPED", message="A sub-query for a datasource "
+            state.warnings.append(RunWarning(code="SUB_QUERY_DROPPED", step="decomposer", message="A sub-query for a datasource "
                                              "that routing did not choose was dropped."))
             continue
         sub_id = f"sq{len(kept) + 1}"
@@ -287,7 +305,7 @@ def validate(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     caller = scope(ctx.config.policies, state.roles, sq.datasource_id)
     validated = validate_plan(sq.plan, live.snapshot, caller)
     for repair in validated.repairs:
-        state.warnings.append(RunWarning(code="PLAN_REPAIRED", sub_query_id=sq.id, message=repair.message,
+        state.warnings.append(RunWarning(code="PLAN_REPAIRED", step="validator", sub_query_id=sq.id, message=repair.message,
                                          detail={"repair": repair.code, "at": repair.path}))
     if sq.plan_source == "planner":  # a model's plan; a verified, cached or resumed one stays as it was
         validated = _with_answer_shape(ctx, state, sq, validated, live.snapshot, caller)
@@ -307,7 +325,7 @@ def _with_answer_shape(ctx: RunContext, state: RunState, sq: SubQuery, validated
         reshaped = validate_plan(shaped, snapshot, caller)
     except NL2SQLError:
         return validated
-    state.warnings.append(RunWarning(code="ANSWER_SHAPED", sub_query_id=sq.id, message="Added to the answer: "
+    state.warnings.append(RunWarning(code="ANSWER_SHAPED", step="validator", sub_query_id=sq.id, message="Added to the answer: "
                                      f"{', '.join(added)} (settings.pipeline.planner.answer_shape).",
                                      detail={"added": added}))
     return reshaped
@@ -333,13 +351,113 @@ def execute(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
                       columns=[c.name for c in result.columns], total_rows=result.row_count,
                       truncated=result.truncated)
     if result.truncated:
-        state.warnings.append(RunWarning(code="RESULT_TRUNCATED", sub_query_id=sq.id,
+        state.warnings.append(RunWarning(code="RESULT_TRUNCATED", step="executor", sub_query_id=sq.id,
                                          message=f"Only the first {result.row_count} rows were read "
                                          "(settings.pipeline.row_limit).", detail={"rows": result.row_count}))
     if sq.plan is not None and sq.plan_source == "planner" and ctx.config.settings.pipeline.plan_cache:
         fingerprint = _fingerprint(ctx, sq.datasource_id)
         ctx.store.cache_plan(plan_cache_key(ctx, state, sq, fingerprint), sq.datasource_id, fingerprint,
                                      sq.plan.model_dump_json())
+
+
+def check_result(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
+    """The result checks (`nl2sql.sanity`): each finding a warning; a VALUE_NOT_FOUND or JOIN_FAN_OUT that a
+    corrected plan may fix sends the sub-query to the refiner once (raised as that code), its result kept in case
+    no corrected plan runs. A check that fails reports nothing but a log line."""
+    assert sq.result is not None
+    findings = result_findings(ctx, state, sq)
+    retry = next((f for f in findings if f.code in RETRYABLE and _may_retry(ctx, state, sq, f.code)), None)
+    for code, count in Counter(f.code for f in findings).items():
+        ctx.trace.publish("sanity.flagged", sub_query_id=sq.id, code=code, count=count,
+                          retry=retry is not None and retry.code == code)
+    warnings = [RunWarning(code=f.code, step="sanity", message=f.message, sub_query_id=sq.id, detail=f.detail)
+                for f in findings]
+    if sq.flagged is not None:  # this result comes from a corrected plan: what it no longer shows was fixed
+        codes = {f.code for f in findings}
+        state.warnings += [w.model_copy(update={"detail": {**w.detail, "recovered": True}})
+                           for w in sq.flagged.warnings if w.code not in codes]
+        sq.flagged = None
+    if retry is None:
+        state.warnings += warnings
+        return
+    sq.sanity_retried.add(retry.code)
+    sq.flagged = Flagged(plan=sq.plan, plan_source=sq.plan_source, sql=sq.sql, written_sql=sq.written_sql,
+                         schemas=sq.schemas, tables=list(sq.tables), result=sq.result, warnings=warnings)
+    raise ResultFlagged(retry.code, retry.message, node="sanity")
+
+
+def restore_flagged(state: RunState, sq: SubQuery) -> None:
+    """Put back the result a check sent to the refiner, with its findings as warnings: no corrected plan ran."""
+    flagged, failed = sq.flagged, sq.error
+    assert flagged is not None and failed is not None
+    sq.flagged, sq.error = None, None
+    sq.plan, sq.plan_source, sq.sql, sq.written_sql = flagged.plan, flagged.plan_source, flagged.sql, flagged.written_sql
+    sq.schemas, sq.tables, sq.result = flagged.schemas, flagged.tables, flagged.result
+    state.warnings += [w.model_copy(update={"detail": {**w.detail, "retry_failed": failed.code}})
+                       for w in flagged.warnings]
+
+
+def _may_retry(ctx: RunContext, state: RunState, sq: SubQuery, code: str) -> bool:
+    """Whether a finding may send the sub-query to the refiner: once per code, for a model's plan (never a verified,
+    seeded or approved one), while a retry and a model call are left."""
+    calls_left = ctx.llm.budget.calls_left()
+    return (code not in sq.sanity_retried and sq.verified is None and sq.plan_source in ("planner", "plan_cache")
+            and not state.resumed and sq.retrieved is not None and ctx.llm.configured("refiner")
+            and sq.attempts < ctx.config.settings.pipeline.max_retries and calls_left != 0)
+
+
+def result_findings(ctx: RunContext, state: RunState, sq: SubQuery) -> list[Finding]:
+    """What the checks find in a sub-query's result: all-null columns always; a missing filter value (an empty
+    result) and join fan-out (a result with rows) only when no hook watches execute.before, since their probes are
+    SQL no approver saw."""
+    assert sq.result is not None
+    checks: list[tuple[str, Callable[[], list[Finding]]]] = [("nulls", lambda: check_nulls(sq.result.frame))]
+    live = ctx.index.live(sq.datasource_id)
+    if sq.plan is not None and live is not None and live.snapshot is not None and not ctx.hooks.at("execute.before"):
+        snapshot, schemas = live.snapshot, sq.schemas or {}
+        tables = plan_tables(sq.plan, lambda name: snapshot.table(name, schemas.get(name)))
+        probe = _probe(ctx, state, sq)
+        plan = sq.plan
+        if sq.result.row_count == 0 or not sq.result.frame.notna().to_numpy().any():
+            checks.append(("values", lambda: check_values(literal_filters(plan, tables), probe=probe,
+                                                          samples=lambda item: profiled_values(live, item))))
+        if sq.result.row_count:
+            checks.append(("fan-out", lambda: check_fan_out(plan, tables, dialect=_dialect(ctx, sq),
+                                                            schemas=sq.schemas, probe=probe)))
+    findings: list[Finding] = []
+    for name, check in checks:
+        try:
+            findings += check()
+        except Exception as exc:  # a check never fails the run: it reports nothing
+            log.warning("The %s check of %s failed and reports nothing: %s", name, sq.id, type(exc).__name__)
+    return findings
+
+
+def profiled_values(live: LiveIndex, item: LiteralFilter) -> list[str]:
+    """A column's sample values as the live index build profiled them."""
+    table = f"{item.table.schema_name}.{item.table.name}" if item.table.schema_name else item.table.name
+    for entry in live.entries:
+        if entry.kind == "column" and entry.table == table and entry.column == item.column:
+            return [str(v) for v in entry.metadata.get("samples") or []]
+    return []
+
+
+def _probe(ctx: RunContext, state: RunState, sq: SubQuery) -> Probe:
+    """Runs a check's probe like the sub-query's own statement: guarded, under the caller's scope, read-only,
+    within the statement timeout and the run's time."""
+    adapter = ctx.catalog.get(sq.datasource_id)
+    caller = scope(ctx.config.policies, state.roles, sq.datasource_id)
+    limits = ctx.config.settings.pipeline
+
+    def probe(tree: Any, limit: int) -> list[tuple[Any, ...]]:
+        remaining = ctx.trace.remaining_s()
+        timeout = limits.statement_timeout_s if remaining is None else max(0.1, min(limits.statement_timeout_s,
+                                                                                     remaining))
+        result = run_checked_sql(adapter, tree.sql(dialect=adapter.dialect), caller, row_limit=limit,
+                                 timeout_s=timeout)
+        return [tuple(row) for row in result.plain_frame().values.tolist()]
+
+    return probe
 
 
 def refine(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
@@ -359,7 +477,7 @@ def refine(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     refined = ctx.llm.structured("refiner", messages, PlanModel, schema_name="RefinedPlan", enums=_table_enum(sq))
     key = _plan_key(refined.model_dump(mode="json", by_alias=True))
     if key in sq.tried_plans:
-        state.warnings.append(RunWarning(code="REFINER_REPEATED", sub_query_id=sq.id,
+        state.warnings.append(RunWarning(code="REFINER_REPEATED", step="refiner", sub_query_id=sq.id,
                                          message="The refiner returned a plan that had already failed; refining "
                                          "stopped.", detail={"attempt": sq.attempts}))
         sq.attempts = ctx.config.settings.pipeline.max_retries  # no further round: the next would repeat too
@@ -383,7 +501,7 @@ def refine_sql(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     sq.prompt_chars["refiner"] = sq.prompt_chars.get("refiner", 0) + sum(len(m.content) for m in messages)
     sql = prompts.sql_answer(ctx.llm.text("refiner", messages)).sql
     if _sql_key(sql) in sq.tried_plans:
-        state.warnings.append(RunWarning(code="REFINER_REPEATED", sub_query_id=sq.id,
+        state.warnings.append(RunWarning(code="REFINER_REPEATED", step="refiner", sub_query_id=sq.id,
                                          message="The refiner returned a statement that had already failed.",
                                          detail={"attempt": sq.attempts}))
         sampled = resampled_sql(ctx, state, sq, asked)
@@ -418,7 +536,7 @@ def resampled_sql(ctx: RunContext, state: RunState, sq: SubQuery, asked: list[Me
             validate_plan(plan_from_sql(sql, _dialect(ctx, sq)), live.snapshot, caller)
         except NL2SQLError:
             continue
-        state.warnings.append(RunWarning(code="PLANNER_RESAMPLED", sub_query_id=sq.id, message="The planner was "
+        state.warnings.append(RunWarning(code="PLANNER_RESAMPLED", step="refiner", sub_query_id=sq.id, message="The planner was "
                                          f"asked again (sample {sq.samples}, settings.pipeline.planner.resamples).",
                                          detail={"sample": sq.samples}))
         return sql
@@ -460,7 +578,7 @@ def aggregate(ctx: RunContext, state: RunState) -> None:
                               rows=[tuple(r) for r in rows])
     state.combined = combine(frames, state.combine, row_limit=ctx.config.settings.pipeline.row_limit)
     for w in state.combined.warnings:
-        state.warnings.append(RunWarning(code=w.code, message=w.message, detail=w.detail,
+        state.warnings.append(RunWarning(code=w.code, step="aggregator", message=w.message, detail=w.detail,
                                          sub_query_id=w.detail.get("sub_query_id")))
     ctx.trace.publish("result.manifest", columns=state.combined.columns, total_rows=state.combined.total_rows,
                       truncated=state.combined.truncated)
@@ -496,7 +614,7 @@ def synthesize(ctx: RunContext, state: RunState) -> None:
         state.summary = state.answer
         return
     columns, rows, total = shown_result(ctx, state)
-    notes = [w.message for w in state.warnings]
+    notes = [w.message for w in state.warnings if not w.detail.get("recovered")]
     if not ctx.llm.configured("synthesizer"):
         state.answer = plain_answer(columns, rows, total)
         if notes:

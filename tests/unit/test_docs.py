@@ -42,3 +42,19 @@ def test_every_cli_command_is_in_the_readme() -> None:
         sub = getattr(command, "commands", None)
         names += [f"nl2sql {name} {s}" for s in sub] if sub else [f"nl2sql {name}"]
     assert not [n for n in names if n not in readme]
+
+
+def test_the_readmes_library_section_runs_as_written(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import doctest
+
+    from nl2sql.demo import init_demo
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## As a library\n", 1)[1].split("\n## ", 1)[0]
+    code = "".join(block.split("```", 1)[0] for block in section.split("```python\n")[1:])
+    init_demo(tmp_path / "demo", env={})
+    monkeypatch.chdir(tmp_path)
+    test = doctest.DocTestParser().get_doctest(code, {}, "README.md: As a library", "README.md", 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    runner.run(test)
+    assert test.examples and runner.failures == 0, f"{runner.failures} of {len(test.examples)} examples failed"

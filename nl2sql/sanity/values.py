@@ -1,0 +1,138 @@
+"""Value not found: an empty result whose plan filters a text column on a literal the column does not hold."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from nl2sql.datasources.base import table_expression
+from nl2sql.datasources.models import TableInfo
+from nl2sql.plan import model as m
+from nl2sql.plan.join_keys import dtype_of
+from nl2sql.sanity.findings import Finding, Probe
+
+#: The most distinct values the probe reads to find the closest ones.
+MAX_DISTINCT = 5000
+#: The most closest values a finding names.
+MAX_CLOSEST = 3
+
+
+@dataclass(frozen=True)
+class LiteralFilter:
+    """`table.column = 'literal'` (or one value of an IN list) in a plan's WHERE."""
+
+    table: TableInfo
+    column: str
+    literal: str
+
+    @property
+    def name(self) -> str:
+        """`Table.Column`, as the asker's schema spells them."""
+        return f"{self.table.name}.{self.column}"
+
+
+def plan_tables(plan: m.PlanModel, lookup: Callable[[str], TableInfo | None]) -> dict[str, TableInfo]:
+    """The plan's tables by the name columns use for them (alias, else name; lower case)."""
+    out = {}
+    for ref in [plan.from_, *(j.table for j in plan.joins)]:
+        info = lookup(ref.table)
+        if info is not None:
+            out[ref.name_in_scope.lower()] = info
+    return out
+
+
+def resolve_column(ref: m.ColumnRef, tables: Mapping[str, TableInfo]) -> tuple[str, TableInfo] | None:
+    """The plan alias and table a column reference reads (None when it is not one of the plan's own tables)."""
+    if ref.table is not None:
+        info = tables.get(ref.table.lower())
+        return (ref.table.lower(), info) if info is not None and info.column(ref.column) else None
+    holders = [(alias, info) for alias, info in tables.items() if info.column(ref.column)]
+    return holders[0] if len(holders) == 1 else None
+
+
+def _conjuncts(condition: m.Node | None) -> Iterator[m.Node]:
+    if isinstance(condition, m.And | m.Or):
+        for part in condition.conditions:
+            yield from _conjuncts(part)
+    elif condition is not None:
+        yield condition
+
+
+def literal_filters(plan: m.PlanModel, tables: Mapping[str, TableInfo]) -> list[LiteralFilter]:
+    """Every text column of the plan's own tables its WHERE compares for equality with a string literal."""
+    found: list[LiteralFilter] = []
+    for condition in _conjuncts(plan.where):
+        pairs: list[tuple[m.Node, m.Node]] = []
+        if isinstance(condition, m.Comparison) and condition.op == "=":
+            pairs = [(condition.left, condition.right), (condition.right, condition.left)]
+        elif isinstance(condition, m.InList) and not condition.negated:
+            pairs = [(condition.expr, value) for value in condition.values]
+        for column, literal in pairs:
+            if not (isinstance(column, m.ColumnRef) and isinstance(literal, m.Value)
+                    and isinstance(literal.value, str)):
+                continue
+            resolved = resolve_column(column, tables)
+            if resolved is None:
+                continue
+            info = resolved[1]
+            reflected = info.column(column.column)
+            if reflected is None or dtype_of(reflected.type) != "text":
+                continue
+            item = LiteralFilter(info, reflected.name, literal.value)
+            if item not in found:
+                found.append(item)
+    return found
+
+
+def closest_values(literal: str, values: list[str], n: int = MAX_CLOSEST) -> list[str]:
+    """The stored values nearest to a literal: the same but for case first, then by similarity, then those that
+    contain it or that it contains (a word or more).
+
+    >>> closest_values("heavy metal", ["Rock", "Metal", "Heavy Metal", "Jazz"])
+    ['Heavy Metal', 'Metal']
+    """
+    by_lower: dict[str, str] = {}
+    for value in values:
+        by_lower.setdefault(value.lower(), value)
+    wanted = literal.lower().strip()
+    ranked = difflib.get_close_matches(wanted, list(by_lower), n=n, cutoff=0.6)
+    same = [key for key in by_lower if key.strip() == wanted]
+    overlapping = [key for key in by_lower if min(len(key), len(wanted)) >= 3 and (key in wanted or wanted in key)]
+    return [by_lower[key] for key in dict.fromkeys([*same, *ranked, *overlapping])][:n]
+
+
+def _column(name: str) -> exp.Column:
+    return exp.column(exp.to_identifier(name, quoted=True))
+
+
+def exists_probe(item: LiteralFilter) -> exp.Select:
+    """`SELECT 1 FROM table WHERE column = 'literal' LIMIT 1`: whether the table holds the value at all."""
+    return (exp.select(exp.Literal.number(1)).from_(table_expression(item.table.name, item.table.schema_name))
+            .where(exp.EQ(this=_column(item.column), expression=exp.Literal.string(item.literal))).limit(1))
+
+
+def distinct_probe(item: LiteralFilter) -> exp.Select:
+    """The column's distinct non-null values (bounded by the caller's row limit)."""
+    return (exp.select(_column(item.column)).distinct()
+            .from_(table_expression(item.table.name, item.table.schema_name))
+            .where(exp.Not(this=exp.Is(this=_column(item.column), expression=exp.Null()))))
+
+
+def check_values(filters: list[LiteralFilter], *, samples: Callable[[LiteralFilter], list[str]],
+                 probe: Probe) -> list[Finding]:
+    """VALUE_NOT_FOUND for each filter literal the column holds nowhere: looked up among the column's profiled
+    values, then probed; the finding names the closest stored values."""
+    findings = []
+    for item in filters:
+        profiled = samples(item)
+        if item.literal in profiled or probe(exists_probe(item), 1):
+            continue
+        stored = [str(row[0]) for row in probe(distinct_probe(item), MAX_DISTINCT) if row and row[0] is not None]
+        closest = closest_values(item.literal, [*profiled, *stored])
+        hint = f"closest: {', '.join(repr(v) for v in closest)}" if closest else "no stored value is close"
+        findings.append(Finding("VALUE_NOT_FOUND", f"{item.literal!r} is not a {item.name}; {hint}.",
+                                {"table": item.table.name, "column": item.column, "closest": closest}))
+    return findings
