@@ -14,7 +14,7 @@ EVAL := $(BIN)/nl2sql -c $(EVAL_DEMO)/nl2sql.yaml eval run --baseline benchmarks
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev,postgres,otel,dask]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,postgres,otel,dask,mcp]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -18,7 +18,7 @@
 Traceback (most recent call last):
 ...
 nl2sql.errors.SecurityViolation: You do not have access to the data needed to answer this question.
->>> "Invoice" in [t.name for t in engine.schema("chinook", role="viewer")]
+>>> "Invoice" in [t.name for t in engine.schema("chinook", role="viewer").tables]
 False
 >>> stream = engine.stream("How much did we earn in each year?", role="analyst")
 >>> [e.data["node"] for e in stream if e.name == "node.finished"], stream.result.status
@@ -52,7 +52,7 @@ from nl2sql.policies.users import acting_role
 from nl2sql.project import load_project
 
 if TYPE_CHECKING:
-    from nl2sql.datasources.models import ExecutionResult, TableInfo
+    from nl2sql.datasources.models import ExecutionResult, SchemaSnapshot
     from nl2sql.events import Event
     from nl2sql.index.service import Retrieval
     from nl2sql.pipeline import QueryResult, Runtime
@@ -188,9 +188,9 @@ class Engine:
         configured = self.config.datasource(datasource_id).dialect
         return configured or self.runtime.catalog.get(datasource_id).name
 
-    def schema(self, datasource: str, *, user: str | None = None, role: str | None = None) -> list[TableInfo]:
-        """The tables and columns the caller may read in a datasource, as reflected now (foreign keys to tables
-        the caller may not read left out); SecurityViolation for a datasource the caller cannot reach."""
+    def schema(self, datasource: str, *, user: str | None = None, role: str | None = None) -> SchemaSnapshot:
+        """The datasource as the caller may see it, reflected now: only the tables the caller may read, without
+        foreign keys to the others; SecurityViolation for a datasource the caller cannot reach."""
         acting = self.role_of(user, role)
         self.config.datasource(datasource)
         caller = scope(self.config.policies, acting, datasource)
@@ -200,7 +200,7 @@ class Engine:
         tables = [t.model_copy(deep=True) for t in snapshot.tables if caller.allows(t.name, t.schema_name)]
         for t in tables:  # a key to a table the caller may not see would name it
             t.foreign_keys = [fk for fk in t.foreign_keys if caller.allows(fk.ref_table, fk.ref_schema)]
-        return tables
+        return snapshot.model_copy(update={"tables": tables})
 
     def verified_queries(self, *, user: str | None = None, role: str | None = None,
                          datasource: str | None = None) -> list[VerifiedQueryInfo]:

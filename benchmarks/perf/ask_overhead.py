@@ -63,7 +63,7 @@ def prefect_server(home: Path, postgres: bool):
 
 
 def write_project(target: Path, base_url: str) -> Path:
-    """The demo project with the fake server as its model, the plan cache off, its index built."""
+    """The demo project with the fake server as its model (writing plans), the plan cache off, its index built."""
     from nl2sql.demo import init_demo
     from nl2sql.index import StateStore
     from nl2sql.index.service import build_configured
@@ -74,7 +74,8 @@ def write_project(target: Path, base_url: str) -> Path:
     raw["llm"] = {"models": {"fake": {"provider": "openai", "model": "fake-model", "base_url": base_url,
                                       "api_key": "fake"}}, "default": "fake"}
     raw["observers"] = []
-    raw["settings"] = {"pipeline": {"plan_cache": False}}
+    # the fake model answers with the gold plans: the planner writes plans (the default format is `sql`)
+    raw["settings"] = {"pipeline": {"plan_cache": False, "planner": {"format": "plan"}}}
     path.write_text(yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
     config = load_project(path)
     build_configured(config, StateStore(config.state_dir))

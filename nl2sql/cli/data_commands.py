@@ -87,12 +87,12 @@ def schema_command(
 
     with Engine(ctx.obj.config()) as engine:
         role_name = engine.role_of(user, role)
-        tables = engine.schema(datasource, user=user, role=role)
-        dialect = engine.dialect_of(datasource)
+        snapshot = engine.schema(datasource, user=user, role=role)
+    tables = snapshot.tables
     if as_json:
         console.print_json(json.dumps([t.model_dump(mode="json") for t in tables]))
         return
-    console.print(f"[bold]{escape(datasource)}[/] ({dialect}) as role [bold]{escape(role_name)}[/]: {len(tables)} tables")
+    console.print(f"[bold]{escape(datasource)}[/] ({snapshot.dialect}) as role [bold]{escape(role_name)}[/]: {len(tables)} tables")
     for t in tables:
         grid = Table("column", "type", "null", "key", title=f"{escape(t.name)}  ({t.row_count if t.row_count is not None else '?'} rows)",
                      title_justify="left")

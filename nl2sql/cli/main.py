@@ -27,6 +27,7 @@ def register_commands() -> None:
         data_commands,
         eval_commands,
         index_commands,
+        mcp_commands,
         plan_commands,
         serve_commands,
     )

@@ -191,13 +191,25 @@ class UserConfig(Strict):
     roles: Annotated[list[str], Field(min_length=1)]
     token_sha256: str | None = Field(default=None, description="Hex SHA-256 of the user's approval token "
                                      "(`nl2sql approvals token` makes one); approvers need it.")
+    mcp_token_sha256: str | None = Field(default=None, description="Hex SHA-256 of the user's bearer token for the "
+                                         "MCP server over HTTP (`nl2sql mcp token` makes one); without it the user "
+                                         "cannot reach that server.")
+    mcp_token_block: str | None = Field(default=None, description="The name of a Prefect Secret block holding that "
+                                        "hash instead (so the configuration names it without holding it).")
 
-    @field_validator("token_sha256")
+    @model_validator(mode="after")
+    def _one_mcp_token(self) -> UserConfig:
+        if self.mcp_token_sha256 and self.mcp_token_block:
+            raise config_error("sets both mcp_token_sha256 and mcp_token_block", "keep one of them")
+        return self
+
+    @field_validator("token_sha256", "mcp_token_sha256")
     @classmethod
     def _hex_digest(cls, value: str | None) -> str | None:
         if value is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", value):
             raise config_error("is not a hex SHA-256 (64 hex digits)",
-                               "paste the hash `nl2sql approvals token` prints, never the token itself")
+                               "paste the hash `nl2sql approvals token` (or `nl2sql mcp token`) prints, never the "
+                               "token itself")
         return value.lower() if value else value
 
 

@@ -5,6 +5,7 @@ and the caller's scope."""
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -242,3 +243,20 @@ def test_a_probe_never_reads_a_table_the_caller_may_not_read(project: Config, st
         assert ran == []  # nothing reached the database
     finally:
         runtime.close()
+
+
+def test_a_check_that_fails_reports_nothing_but_a_log_line(project: Config, model: ModelScript,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    def broken(*args: Any, **kwargs: Any) -> list:
+        raise RuntimeError("the check broke on 'Heavy Metal'")
+
+    monkeypatch.setattr(steps, "check_fan_out", broken)
+    question = "Revenue per billing country, please"
+    model.plan(question, FANNED_REVENUE)
+    with caplog.at_level(logging.WARNING, logger="nl2sql.pipeline"):
+        result = ask(project, question, "analyst")
+    assert result.status == "success" and not [w for w in result.warnings if w.step == "sanity"]
+    assert model.fake.calls("RefinedPlan") == 0
+    assert "The fan-out check of sq1 failed and reports nothing: RuntimeError" in caplog.text
+    assert "Heavy Metal" not in caplog.text  # its type only: an exception's text may quote values

@@ -72,7 +72,7 @@ def test_each_step_is_a_task_run_and_the_flow_run_id_is_the_trace_id(project: Co
 
     result = run_flow(project, CROSS, "analyst")
     assert result.status == "success", result.errors
-    expected = 5 + 2 * 5 + 2  # the steps before and after, five per sub-query, and each sub-query's own run
+    expected = 5 + 2 * 6 + 2  # the steps before and after, six per sub-query, and each sub-query's own run
     with get_client(sync_client=True) as client:
         run = client.read_flow_run(result.trace_id)
         deadline = time.monotonic() + 20
@@ -85,7 +85,7 @@ def test_each_step_is_a_task_run_and_the_flow_run_id_is_the_trace_id(project: Co
     assert run.state.is_completed() and run.name.startswith("Support tickets opened")
     names = {t.name for t in tasks}
     assert {"curated_matcher", "resolver", "decomposer", "aggregator", "synthesizer"} <= names
-    for step in ("schema_retrieval", "planner", "validator", "generator", "executor"):
+    for step in ("schema_retrieval", "planner", "validator", "generator", "executor", "sanity"):
         assert {f"{step} · sq1 (chinook)", f"{step} · sq2 (support)"} <= names
     # the sub-queries were handed to the flow's task runner, each its own task run holding its steps
     assert {"sub-query · sq1 (chinook)", "sub-query · sq2 (support)"} <= names
@@ -93,6 +93,26 @@ def test_each_step_is_a_task_run_and_the_flow_run_id_is_the_trace_id(project: Co
     planner = next(t for t in tasks if t.name == "planner · sq2 (support)")
     assert [p.id for p in planner.task_inputs["__parents__"]] == [parents["sub-query · sq2 (support)"]]
     assert all(t.state.is_completed() for t in tasks)
+
+
+def test_the_engine_streams_a_flow_runs_events_and_returns_its_result(project: Config, model: ModelScript) -> None:
+    from prefect import get_client
+
+    from nl2sql.engine import Engine
+
+    model.answers["How many tracks does each playlist hold?"] = "Music and 90’s Music hold the most."
+    with Engine(project) as engine:
+        stream = engine.stream("How many tracks does each playlist hold?", role="analyst", executor="prefect")
+        events = list(stream)
+    result = stream.result
+    assert result is not None and result.status == "success", result
+    assert {e.trace_id for e in events} == {result.trace_id}  # this run's events, and only them
+    assert events[0].name == "run.started" and events[-1].name == "run.finished"
+    finished = [e.data["node"] for e in events if e.name == "node.finished"]
+    assert finished[:2] == ["curated_matcher", "resolver"] and "sanity" in finished
+    assert "".join(e.data["text"] for e in events if e.name == "answer.delta").strip() == result.answer.content
+    with get_client(sync_client=True) as client:  # a flow run of the ask flow, its id the trace id
+        assert str(client.read_flow_run(result.trace_id).id) == result.trace_id
 
 
 def test_a_refused_question_completes_the_flow_run_with_the_status_on_the_result(project: Config,
