@@ -64,22 +64,3 @@ def save_datasource_block(name: str, url: str, *, overwrite: bool = False) -> No
     """Save a DatasourceBlock holding `url` under `name`."""
     DatasourceBlock(url=SecretStr(url)).save(name, overwrite=overwrite)
 
-
-def load_secret_hash(name: str) -> str:
-    """The hex SHA-256 held by the saved Prefect Secret block `name` (ConfigError when there is none, or when it
-    holds anything but a SHA-256: a token itself must never be stored)."""
-    import re
-
-    from prefect.blocks.system import Secret
-
-    from nl2sql.errors import ConfigError, ConfigProblem
-
-    try:
-        value = str(Secret.load(name).get()).strip()
-    except ValueError as exc:
-        raise ConfigError(ConfigProblem("", f"block {name}", "no saved Secret block by that name",
-                                        "save the hash `nl2sql mcp token` prints: Secret(value=HASH).save(NAME)")) from exc
-    if not re.fullmatch(r"[0-9a-fA-F]{64}", value):
-        raise ConfigError(ConfigProblem("", f"block {name}", "does not hold a hex SHA-256 (64 hex digits)",
-                                        "store the hash `nl2sql mcp token` prints, never the token itself"))
-    return value.lower()

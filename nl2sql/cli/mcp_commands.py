@@ -54,22 +54,16 @@ def mcp_command(
                                  param_hint="--user/--role")
     from nl2sql.mcp.server import user_token_hashes
 
-    hashes = user_token_hashes(engine.config.policies, _block_hash)
+    hashes = user_token_hashes(engine.config.policies)
     if not hashes:
         raise ConfigError(ConfigProblem(str(engine.config.path), "policies.users", "no user has an "
-                                        "mcp_token_sha256 (or mcp_token_block), so no one could reach the HTTP server",
+                                        "mcp_token_sha256, so no one could reach the HTTP server",
                                         "mint one with `nl2sql mcp token --user ID` and paste its line under "
                                         "that user"))
     server = build_server(engine, lambda: http_caller(engine), executor=chosen, tokens=UserTokens(hashes),
                           port=port)
     err_console.print(f"nl2sql MCP server on http://127.0.0.1:{port}/mcp for {len(hashes)} users (bearer tokens).")
     server.run("streamable-http")
-
-
-def _block_hash(name: str) -> str:
-    from nl2sql.blocks import load_secret_hash  # Prefect only when a user's hash is kept in a block
-
-    return load_secret_hash(name)
 
 
 @mcp_app.command("token")

@@ -194,14 +194,6 @@ class UserConfig(Strict):
     mcp_token_sha256: str | None = Field(default=None, description="Hex SHA-256 of the user's bearer token for the "
                                          "MCP server over HTTP (`nl2sql mcp token` makes one); without it the user "
                                          "cannot reach that server.")
-    mcp_token_block: str | None = Field(default=None, description="The name of a Prefect Secret block holding that "
-                                        "hash instead (so the configuration names it without holding it).")
-
-    @model_validator(mode="after")
-    def _one_mcp_token(self) -> UserConfig:
-        if self.mcp_token_sha256 and self.mcp_token_block:
-            raise config_error("sets both mcp_token_sha256 and mcp_token_block", "keep one of them")
-        return self
 
     @field_validator("token_sha256", "mcp_token_sha256")
     @classmethod

@@ -136,15 +136,12 @@ def describe(engine: Engine, caller: Caller, table: str, datasource: str | None 
             "tables": sorted(_qualified(ds, t, several) for ds, tables in schemas.items() for t in tables)}
 
 
-def user_token_hashes(policies: Any, load_block: Callable[[str], str]) -> dict[str, str]:
-    """Each user's bearer-token hash: `mcp_token_sha256`, or the one its `mcp_token_block` holds."""
-    hashes = {}
-    for user_id, user in (policies.users or {}).items():
-        if user.mcp_token_sha256:
-            hashes[user_id] = user.mcp_token_sha256
-        elif user.mcp_token_block:
-            hashes[user_id] = load_block(user.mcp_token_block)
-    return hashes
+def user_token_hashes(policies: Any) -> dict[str, str]:
+    """Each user's bearer-token hash (`mcp_token_sha256`), for the users that have one. Read from the configuration
+    only, never from a Prefect block: whoever reaches the Prefect API may write blocks, and could make a token of
+    their own any user's (the same reason `policies.users` is never read from a block)."""
+    return {user_id: user.mcp_token_sha256 for user_id, user in (policies.users or {}).items()
+            if user.mcp_token_sha256}
 
 
 class UserTokens:

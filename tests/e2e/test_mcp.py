@@ -22,7 +22,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from nl2sql.config import Config
 from nl2sql.engine import Engine
-from nl2sql.mcp.server import Caller, ask_answer, describe
+from nl2sql.mcp.server import Caller, UserTokens, ask_answer, describe, user_token_hashes
 from nl2sql.policies.users import token_hash
 from tests.support.ask import ModelScript
 from tests.support.prefect_server import free_port
@@ -257,6 +257,20 @@ def test_http_serves_each_token_as_its_user(http_server: str, model: ModelScript
     _, invoice, earned = over_http(http_server, BOB_TOKEN, session)
     assert invoice["status"] == "ok" and earned["status"] == "success"  # bob: analyst
     assert progress == ["curated_matcher: done", "executor sq1: done", "sanity sq1: done", "synthesizer: done"]
+
+
+def test_a_token_names_the_one_user_whose_hash_it_matches() -> None:
+    from nl2sql.config.models import PoliciesConfig
+
+    policies = PoliciesConfig.model_validate({"roles": {"viewer": {}}, "default_role": "viewer", "users": {
+        "ann": {"roles": ["viewer"], "mcp_token_sha256": token_hash(ANN_TOKEN)},
+        "cid": {"roles": ["viewer"], "token_sha256": token_hash("cid-approval-token")}}})
+    tokens = UserTokens(user_token_hashes(policies))
+    assert tokens.hashes == {"ann": token_hash(ANN_TOKEN)}  # cid has an approval token only
+    ann = asyncio.run(tokens.verify_token(ANN_TOKEN))
+    assert ann is not None and (ann.client_id, ann.subject) == ("ann", "ann")
+    for wrong in ("", "cid-approval-token", ANN_TOKEN.upper(), token_hash(ANN_TOKEN)):
+        assert asyncio.run(tokens.verify_token(wrong)) is None
 
 
 def test_only_the_askers_own_codes_keep_their_messages() -> None:

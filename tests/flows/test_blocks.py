@@ -65,33 +65,3 @@ def test_llm_block_feeds_the_client(prefect_server: None) -> None:
     with pytest.raises(LLMError, match="No saved LLMBlock named 'missing'"):
         load_llm_block("missing")
 
-
-def test_a_users_mcp_token_hash_may_be_kept_in_a_secret_block(prefect_server: None) -> None:
-    from prefect.blocks.system import Secret
-
-    from nl2sql.blocks import load_secret_hash
-    from nl2sql.config.models import PoliciesConfig
-    from nl2sql.errors import ConfigError
-    from nl2sql.mcp.server import UserTokens, user_token_hashes
-    from nl2sql.policies.users import token_hash
-
-    Secret(value=token_hash("ann-token").upper()).save("ann-mcp-hash", overwrite=True)
-    Secret(value="ann-token").save("a-token-not-a-hash", overwrite=True)
-    policies = PoliciesConfig.model_validate({"roles": {"viewer": {}}, "default_role": "viewer", "users": {
-        "ann": {"roles": ["viewer"], "mcp_token_block": "ann-mcp-hash"},
-        "bob": {"roles": ["viewer"], "mcp_token_sha256": token_hash("bob-token")},
-        "cid": {"roles": ["viewer"]}}})
-    hashes = user_token_hashes(policies, load_secret_hash)
-    assert hashes == {"ann": token_hash("ann-token"), "bob": token_hash("bob-token")}
-    tokens = UserTokens(hashes)
-    import asyncio
-
-    assert asyncio.run(tokens.verify_token("ann-token")).client_id == "ann"  # type: ignore[union-attr]
-    assert asyncio.run(tokens.verify_token("cid-token")) is None
-    with pytest.raises(ConfigError, match="does not hold a hex SHA-256"):
-        load_secret_hash("a-token-not-a-hash")
-    with pytest.raises(ConfigError, match="no saved Secret block"):
-        load_secret_hash("nothing-here")
-    with pytest.raises(Exception, match="sets both mcp_token_sha256 and mcp_token_block"):
-        PoliciesConfig.model_validate({"roles": {"viewer": {}}, "default_role": "viewer", "users": {"ann": {
-            "roles": ["viewer"], "mcp_token_block": "x", "mcp_token_sha256": token_hash("y")}}})
