@@ -316,3 +316,30 @@ def test_a_bare_name_in_two_schemas_is_ambiguous(tmp_path: Path) -> None:
         assert exact["status"] == "ok" and exact["schema"] == "archive"
         default = describe(engine, caller, "main.orders")  # the default schema's table, by the default's name
         assert default["status"] == "ok" and default["schema"] is None and default["table"] == "orders"
+
+
+@pytest.mark.slow
+def test_questions_may_run_as_flow_runs_of_the_ask_flow(project: Config, model: ModelScript) -> None:
+    """`--executor prefect`: each question a run of the ask flow (Prefect's temporary server in the project's
+    state folder), the protocol on stdout untouched by Prefect's own output."""
+    progress: list[str | None] = []
+
+    async def heard(done: float, total: float | None, message: str | None) -> None:
+        progress.append(message)
+
+    params = stdio_params(project, "analyst")
+    params = StdioServerParameters(command=params.command, args=[*params.args, "--executor", "prefect"])
+
+    async def run() -> list[dict]:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
+            await client.initialize()
+            answers = []
+            for _ in range(2):
+                result = await client.call_tool("ask", {"question": "How much did we earn in each year?"},
+                                                progress_callback=heard)
+                answers.append(result.structuredContent)
+            return answers
+
+    first, second = asyncio.run(run())
+    assert first["status"] == second["status"] == "success" and first["trace_id"] != second["trace_id"]
+    assert progress == ["curated_matcher: done", "executor sq1: done", "sanity sq1: done", "synthesizer: done"] * 2
