@@ -57,6 +57,9 @@ DROP_REASONS = {
     "QUERY_TIMEOUT": "database_error", "RESULT_TOO_LARGE": "too_many_rows", "SQL_REJECTED": "plan_invalid",
 }
 
+#: The result checks' findings that drop a proposal (`nl2sql.sanity`): its rows may be counted twice, or say nothing.
+CHECK_DROPS = {"JOIN_FAN_OUT": "join_fan_out", "ALL_NULL_COLUMN": "all_null"}
+
 
 class SeedProposal(BaseModel):
     """One case as the model proposes it (the `sql` planner format: its answer as one SELECT)."""
@@ -249,6 +252,9 @@ def check_proposal(runtime: Runtime, datasource_id: str, question: str, plan: Pl
         return Checked(dropped="no_rows")
     if ran.truncated or ran.total_rows > MAX_DRAFT_ROWS:
         return Checked(dropped="too_many_rows")
+    flagged = next((w.code for w in result.warnings if w.code in CHECK_DROPS), None)
+    if flagged is not None:  # a result the checks doubt is no gold answer
+        return Checked(dropped=CHECK_DROPS[flagged])
     live = runtime.index.live(datasource_id)
     tables = [(t.name, t.schema_name) for t in live.snapshot.tables if t.name in sub_query.tables] \
         if live is not None and live.snapshot is not None else [(t, None) for t in sub_query.tables]

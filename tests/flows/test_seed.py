@@ -94,6 +94,20 @@ def test_twenty_drafts_are_written_checked_and_scoped_and_a_hook_deny_is_counted
     assert "20 questions exist already" in shown and "album 20 hold?" in shown and "album 10 hold?" not in shown
 
 
+def test_a_proposal_the_result_checks_doubt_is_dropped(project: Config, fake: FakeLLMServer, tmp_path: Path) -> None:
+    counted_twice = {"question": "How many albums have tracks?", "difficulty": "easy",
+                     "sql": "SELECT COUNT(a.AlbumId) AS albums FROM Album a JOIN Track t ON t.AlbumId = a.AlbumId"}
+    nothing = {"question": "Who composed the first tracks without a composer?", "difficulty": "easy",
+               "sql": "SELECT Composer FROM Track WHERE Composer IS NULL ORDER BY TrackId LIMIT 3"}
+    scripted(fake, album_cases(), extra=[counted_twice, nothing])
+    # no hook at execute.before here, so the fan-out check may run its probe
+    report = seeding(project, tmp_path / "drafts.yaml", roles=["analyst"], count=3,
+                     config=project.model_copy(update={"hooks": []})).run()
+    assert report.written == 3 and report.dropped == {"join_fan_out": 1, "all_null": 1}
+    assert {c.question for c in load_suite(tmp_path / "drafts.yaml").cases}.isdisjoint(
+        {counted_twice["question"], nothing["question"]})
+
+
 def test_a_model_answering_nothing_usable_stops_at_the_call_limit(project: Config, fake: FakeLLMServer,
                                                                   tmp_path: Path) -> None:
     def nothing_usable() -> Any:
