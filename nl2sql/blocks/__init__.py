@@ -63,4 +63,3 @@ def load_llm_block(name: str) -> tuple[str, str, str | None, str | None]:
 def save_datasource_block(name: str, url: str, *, overwrite: bool = False) -> None:
     """Save a DatasourceBlock holding `url` under `name`."""
     DatasourceBlock(url=SecretStr(url)).save(name, overwrite=overwrite)
-

@@ -64,4 +64,3 @@ def test_llm_block_feeds_the_client(prefect_server: None) -> None:
         assert server.requests[-1]["model"] == "fake-model"
     with pytest.raises(LLMError, match="No saved LLMBlock named 'missing'"):
         load_llm_block("missing")
-
