@@ -21,8 +21,11 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.fastmcp import Context, FastMCP
 
+from nl2sql.config.models import PoliciesConfig
+from nl2sql.datasources.models import TableInfo
 from nl2sql.engine import Engine
 from nl2sql.errors import GENERIC_REFUSAL, NL2SQLError, SecurityViolation
+from nl2sql.pipeline.result import QueryResult
 from nl2sql.policies.users import token_hash
 
 log = logging.getLogger("nl2sql.mcp")
@@ -39,7 +42,6 @@ ASKER_CODES = frozenset({
     "JOIN_KEY_UNCONVERTED", "DATASOURCE_NOT_FOUND"})
 #: The events an `ask` reports as progress: its steps as they finish.
 PROGRESS_EVENTS = frozenset({"node.finished"})
-TOOLS = ("ask", "list_datasources", "describe_table", "list_verified_queries")
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ def shown_message(code: str, message: str, trace_id: str | None) -> str:
     return f"{code} (trace {trace_id})" if trace_id else code
 
 
-def ask_answer(result: Any) -> dict[str, Any]:
+def ask_answer(result: QueryResult) -> dict[str, Any]:
     """What the `ask` tool answers for a QueryResult."""
     trace = result.trace_id
     subs = [{"id": sq.id, "datasource_id": sq.datasource_id, "source": sq.source, "sql": sq.sql,
@@ -90,7 +92,7 @@ def ask_answer(result: Any) -> dict[str, Any]:
     return answer
 
 
-def table_answer(datasource: str, table: Any) -> dict[str, Any]:
+def table_answer(datasource: str, table: TableInfo) -> dict[str, Any]:
     """What `describe_table` answers for a table the caller may read."""
     return {"status": "ok", "datasource_id": datasource, "schema": table.schema_name, "table": table.name,
             "kind": table.kind, "row_count": table.row_count, "primary_key": table.primary_key,
@@ -100,13 +102,13 @@ def table_answer(datasource: str, table: Any) -> dict[str, Any]:
                              for fk in table.foreign_keys]}
 
 
-def _named(table: Any, default_schema: str | None) -> Any:
+def _named(table: TableInfo, default_schema: str | None) -> TableInfo:
     """A table with its schema named even in the default schema (`main.orders` beside `archive.orders`)."""
     return table if table.schema_name or not default_schema else table.model_copy(
         update={"schema_name": default_schema})
 
 
-def _qualified(datasource: str, table: Any, with_datasource: bool) -> str:
+def _qualified(datasource: str, table: TableInfo, with_datasource: bool) -> str:
     name = f"{table.schema_name}.{table.name}" if table.schema_name else table.name
     return f"{datasource}.{name}" if with_datasource else name
 
@@ -136,7 +138,7 @@ def describe(engine: Engine, caller: Caller, table: str, datasource: str | None 
             "tables": sorted(_qualified(ds, t, several) for ds, tables in schemas.items() for t in tables)}
 
 
-def user_token_hashes(policies: Any) -> dict[str, str]:
+def user_token_hashes(policies: PoliciesConfig) -> dict[str, str]:
     """Each user's bearer-token hash (`mcp_token_sha256`), for the users that have one. Read from the configuration
     only, never from a Prefect block: whoever reaches the Prefect API may write blocks, and could make a token of
     their own any user's (the same reason `policies.users` is never read from a block)."""
