@@ -43,13 +43,14 @@ from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 
+import faiss
 import numpy as np
 
 from nl2sql.datasources.models import ForeignKey, SchemaSnapshot, TableInfo
 from nl2sql.index.chunks import Entry, qualified, words
 from nl2sql.index.embed import Embedder
 from nl2sql.index.store import StateStore
-from nl2sql.index.vectors import all_vectors, read_index
+from nl2sql.index.vectors import flat_index, read_index, similarities_of
 from nl2sql.plan.join_keys import category, dtype_of
 
 log = logging.getLogger(__name__)
@@ -73,20 +74,35 @@ COLUMN_GAP = 0.03
 
 @dataclass
 class LiveIndex:
-    """A committed build loaded for search: its entries, their vectors, and the snapshot it was built from."""
+    """A committed build loaded for search: its entries, its FAISS index (the vectors, memory-mapped from the state
+    store's file), and the snapshot it was built from."""
 
     build_id: str
     entries: list[Entry]
-    vectors: np.ndarray
+    index: faiss.Index
     snapshot: SchemaSnapshot | None
     _facts: SchemaFacts | None = field(default=None, repr=False)
     _layout: EntryLayout | None = field(default=None, repr=False)
     _terms: TermIndex | None = field(default=None, repr=False)
     _joins: dict[str, set[str]] | None = field(default=None, repr=False)
 
-    def similarities(self, query: np.ndarray) -> np.ndarray:
-        """Cosine similarity of every entry to the (unit) query vector."""
-        return self.vectors @ query if len(self.entries) else np.zeros(0, dtype=np.float32)
+    @classmethod
+    def of_vectors(cls, build_id: str, entries: list[Entry], vectors: np.ndarray,
+                   snapshot: SchemaSnapshot | None) -> LiveIndex:
+        """A live index over vectors held in memory (an edited or synthetic build)."""
+        return cls(build_id, entries, flat_index(vectors), snapshot)
+
+    def similarities(self, query: np.ndarray, visible: np.ndarray) -> np.ndarray:
+        """Cosine similarity of the (unit) query to each entry `visible` (a mask over the entries) marks, −inf to
+        the others: FAISS reads the visible entries' vectors only, so what a caller may not see is never scored."""
+        out = np.full(len(self.entries), -np.inf, dtype=np.float32)
+        ids = np.flatnonzero(visible)
+        out[ids] = similarities_of(self.index, query, ids)
+        return out
+
+    def vector(self, position: int) -> np.ndarray:
+        """One entry's stored vector."""
+        return self.index.reconstruct(int(position))
 
     def facts(self) -> SchemaFacts:
         """What retrieval reads from the snapshot and the entries besides vectors (computed once)."""
@@ -633,9 +649,9 @@ class Retriever:
         with self._lock:
             cached = self._live.get(datasource_id)
             if cached is None or cached.build_id != info.build_id:
-                index = read_index(self.store.index_path(datasource_id, info.build_id))
+                index = read_index(self.store.index_path(datasource_id, info.build_id), mapped=True)
                 snapshot = self.store.snapshot(datasource_id, info.fingerprint) if info.fingerprint else None
-                cached = LiveIndex(info.build_id, self.store.entries(info.build_id), all_vectors(index), snapshot)
+                cached = LiveIndex(info.build_id, self.store.entries(info.build_id), index, snapshot)
                 self._live[datasource_id] = cached
                 if info.model_id and info.model_id != self.embedder.model_id:
                     # e.g. after NL2SQL_EMBED_PRECISION changed: it still retrieves (the vectors are cosine
@@ -662,7 +678,6 @@ class Retriever:
         if live is None or live.snapshot is None:
             return RetrievedSchema(datasource_id, [], [])
         query = self.embed(question) if query is None else query
-        sims = live.similarities(query)
         facts = live.facts()
         tables = {name: t for t in live.snapshot.tables if allows(name := qualified(t))}
         layout = live.layout()
@@ -674,6 +689,7 @@ class Retriever:
             for i, names in zip(layout.multi, layout.multi_tables, strict=True):
                 if usable[i] and not denied.isdisjoint(names):
                     usable[i] = False
+        sims = live.similarities(query, usable)  # the caller's entries only, scored by FAISS
         maxima = layout.table_maxima(np.where(usable, sims, -np.inf))
         finite = np.flatnonzero(np.isfinite(maxima))
         best: dict[str, float] = defaultdict(lambda: -1.0)
@@ -695,7 +711,7 @@ class Retriever:
                               facts, "whole schema") for t in whole]
             return RetrievedSchema(datasource_id, out, _foreign_key_lines(whole, tables))
         ranked = sorted(score, key=lambda t: -score[t])[:table_k]
-        table_vec = {t: live.vectors[layout.table_entry[t]] for t in ranked if t in layout.table_entry}
+        table_vec = {t: live.vector(layout.table_entry[t]) for t in ranked if t in layout.table_entry}
         top = score[ranked[0]] if ranked else 0.0
         chosen = _mmr(ranked, score, table_vec, planning_k, mmr_lambda)
         chosen = chosen[:min_seeds] + [t for t in chosen[min_seeds:] if score[t] >= top - seed_gap]

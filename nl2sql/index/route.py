@@ -118,13 +118,15 @@ def route(retriever: Retriever, question: str, datasource_ids: Sequence[str], al
         live = retriever.live(ds)
         if live is None:
             continue
-        sims = live.similarities(query)
         tables = {t: allows(ds, t) for t in {t for e in live.entries for t in e.tables}}
         # (`chunks.counts_for`, inlined: a verified query's entry counts only with its tables, all allowed)
         visible = [i for i, e in enumerate(live.entries)
                    if all(tables[t] for t in e.tables) and (e.tables or e.kind != "verified")]
         if not visible:
             continue
+        mask = np.zeros(len(live.entries), dtype=bool)
+        mask[visible] = True
+        sims = live.similarities(query, mask)  # the caller's entries only, scored by FAISS
         if lexical:
             words[ds] = lexical_score(live, cues, {t for t, ok in tables.items() if ok})
         sizes[ds] = len(visible)

@@ -107,6 +107,26 @@ def _pid_alive(pid: int | None) -> bool:
     return True
 
 
+#: How often, and how long apart at first, a connection tries to switch a new state database to WAL.
+WAL_TRIES, WAL_BACKOFF_S = 8, 0.05
+
+
+def _use_wal(conn: sqlite3.Connection) -> None:
+    """Put the database in WAL mode (once per file: the mode is kept in it). Switching needs the database to
+    itself, and SQLite answers "database is locked" at once, without waiting, while another connection reads it:
+    two processes opening a new state folder together (an index build's parallel tasks) met exactly that. So the
+    mode is read first, and the switch is tried again, a little later each time."""
+    for attempt in range(WAL_TRIES):
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == WAL_TRIES - 1:
+                raise
+            time.sleep(WAL_BACKOFF_S * 2**attempt)
+
+
 class StateStore:
     """The engine's state folder: `state.db` and `index/<datasource>/<build>.faiss`."""
 
@@ -125,7 +145,7 @@ class StateStore:
         conn = getattr(self._local, "conn", None)
         if conn is None:
             conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode = WAL")
+            _use_wal(conn)
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA foreign_keys = ON")
             self._local.conn = conn

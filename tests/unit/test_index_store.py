@@ -212,3 +212,25 @@ def test_purge_deletes_what_retention_lets_go_of_and_keeps_the_rest(support_copy
     assert store.trace("old-run") is None and store.cached_plan("k") is None
     assert [a["trace_id"] for a in store.approvals()] == ["waiting-run"]  # a pending request is never purged
     assert store.live_build("support").build_id == live.build_id
+
+
+def test_a_new_state_database_becomes_wal_while_another_process_reads_it(tmp_path: Path) -> None:
+    """Two processes opening a new state folder together: the switch to WAL waits for the reader, not fails."""
+    import threading
+    import time
+
+    from nl2sql.index.store import _use_wal
+
+    path = tmp_path / "state.db"
+    reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    reader.execute("CREATE TABLE t (x INTEGER)")
+    reader.execute("BEGIN")
+    reader.execute("SELECT * FROM t").fetchall()  # a read transaction holds the database
+    with pytest.raises(sqlite3.OperationalError, match="locked"):  # what a plain switch meets
+        sqlite3.connect(path, timeout=0.1, isolation_level=None).execute("PRAGMA journal_mode = WAL")
+    threading.Timer(0.2, lambda: reader.execute("COMMIT")).start()
+    started = time.monotonic()
+    writer = sqlite3.connect(path, timeout=0.1, isolation_level=None)
+    _use_wal(writer)
+    assert writer.execute("PRAGMA journal_mode").fetchone()[0] == "wal" and time.monotonic() - started >= 0.15
+    _use_wal(sqlite3.connect(path, isolation_level=None))  # already WAL: nothing to switch

@@ -188,11 +188,12 @@ class Edited(Retriever):
         if live is None or datasource_id != self.datasource_id:
             return live
         kept = [i for i, e in enumerate(live.entries) if not self.drop(e)]
-        vectors = live.vectors[kept]
+        vectors = np.stack([live.vector(i) for i in kept])
         if self.extra:
-            added = self.embedder.embed_cached([e.text for e in self.extra]).astype(live.vectors.dtype)
+            added = self.embedder.embed_cached([e.text for e in self.extra]).astype(vectors.dtype)
             vectors = np.vstack([vectors, added])
-        return LiveIndex(live.build_id + "+", [live.entries[i] for i in kept] + self.extra, vectors, live.snapshot)
+        return LiveIndex.of_vectors(live.build_id + "+", [live.entries[i] for i in kept] + self.extra, vectors,
+                                    live.snapshot)
 
 
 def _services(config: Config, demo_index, strategy: str, extra: list[Entry],

@@ -1,0 +1,86 @@
+"""Retrieval and routing read from FAISS only the vectors of entries the caller may see: no stored vector outside
+the caller's scope is scored, reconstructed or copied out on the question path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from nl2sql.config import Config
+from nl2sql.index import retrieve
+from nl2sql.index.retrieve import LiveIndex
+from nl2sql.index.service import IndexService
+from nl2sql.policies import scope
+
+QUESTIONS = ["Which customers spent the most on invoices?", "How many tracks are there in each genre?",
+             "Which employees support the most customers?"]
+
+
+class GuardedIndex:
+    """A live build's FAISS index that records every stored vector the question path reads, and fails on any other
+    use (a search over everything, a copy of every vector)."""
+
+    def __init__(self, index: Any) -> None:
+        self.index = index
+        self.read: set[int] = set()
+
+    def reconstruct(self, position: int) -> np.ndarray:
+        self.read.add(int(position))
+        return self.index.reconstruct(position)
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the question path used the FAISS index's {name}")
+
+
+@pytest.fixture
+def guarded(demo_index: IndexService, monkeypatch: pytest.MonkeyPatch) -> dict[str, GuardedIndex]:
+    """Every live build of the demo wrapped in a GuardedIndex, by datasource."""
+    retriever = demo_index.retriever
+    guards: dict[str, GuardedIndex] = {}
+    real_live, real_scores = retriever.live, retrieve.similarities_of
+
+    def live(datasource_id: str) -> LiveIndex | None:
+        found = real_live(datasource_id)
+        if found is None:
+            return None
+        guard = guards.setdefault(datasource_id, GuardedIndex(found.index))
+        return LiveIndex(found.build_id, found.entries, guard, found.snapshot)  # type: ignore[arg-type]
+
+    def scores(index: Any, query: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        assert isinstance(index, GuardedIndex)
+        index.read |= set(ids.tolist())
+        return real_scores(index.index, query, ids)
+
+    monkeypatch.setattr(retriever, "live", live)
+    monkeypatch.setattr(retrieve, "similarities_of", scores)
+    return guards
+
+
+@pytest.mark.parametrize("role", ["viewer", "support", "analyst"])
+def test_no_vector_outside_the_callers_scope_is_read(demo_config: Config, demo_index: IndexService,
+                                                      guarded: dict[str, GuardedIndex], role: str) -> None:
+    for question in QUESTIONS:
+        routing = demo_index.route(question, role)
+        for ds in routing.picks:
+            demo_index.retrieve_schema(question, role, ds)
+    assert guarded, "nothing was searched"
+    for ds, guard in guarded.items():
+        caller = scope(demo_config.policies, role, ds)
+        entries = demo_index.retriever.live(ds).entries  # type: ignore[union-attr]
+        outside = sorted({t for i in guard.read for t in entries[i].tables if not caller.allows(*_split(t))})
+        assert not outside, f"{role} read vectors of {ds}: {outside}"
+        assert guard.read or not caller.reachable
+
+
+def test_the_guard_sees_what_a_caller_who_may_read_everything_reads(demo_index: IndexService,
+                                                                    guarded: dict[str, GuardedIndex]) -> None:
+    demo_index.retrieve_schema(QUESTIONS[0], "admin", "chinook")
+    entries = demo_index.retriever.live("chinook").entries  # type: ignore[union-attr]
+    assert {"Invoice", "Customer", "Employee"} <= {t for i in guarded["chinook"].read for t in entries[i].tables}
+
+
+def _split(table: str) -> tuple[str, str | None]:
+    schema, _, name = table.rpartition(".")
+    return name, schema or None
