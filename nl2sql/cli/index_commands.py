@@ -183,11 +183,8 @@ def retrieve_command(
     from nl2sql.engine import Engine
 
     with Engine(ctx.obj.config()) as engine:
-        engine.role_of(user, role)  # an unknown user or role before anything else
-        if datasource:
-            engine.config.datasource(datasource)
+        result = engine.retrieve(question, user=user, role=role, datasource=datasource)  # checks the caller first
         missing = engine.unindexed([datasource] if datasource else None)
-        result = engine.retrieve(question, user=user, role=role, datasource=datasource)
     if missing:
         err_console.print(f"[yellow]Not indexed yet, so not routed to[/]: {', '.join(missing)} "
                           "(run `nl2sql index build`).")

@@ -230,11 +230,11 @@ def http_caller(engine: Engine) -> Caller:
 
 async def _ask(engine: Engine, caller: Caller, question: str, datasource: str | None, executor: str,
                ctx: Context | None) -> dict[str, Any]:
-    if datasource is not None and datasource not in [d.id for d in engine.datasources(user=caller.user,
-                                                                                       role=caller.role)]:
-        reachable = ", ".join(d.id for d in engine.datasources(user=caller.user, role=caller.role))
+    reachable = [d.id for d in engine.datasources(user=caller.user, role=caller.role)]
+    if datasource is not None and datasource not in reachable:
         return {"status": "error", "errors": [{"code": "DATASOURCE_NOT_FOUND", "message": f"No datasource "
-                                               f"{datasource!r} that you may ask about (yours: {reachable})."}]}
+                                               f"{datasource!r} that you may ask about (yours: "
+                                               f"{', '.join(reachable)})."}]}
     loop = asyncio.get_running_loop()
     steps: asyncio.Queue[Any] = asyncio.Queue()
 

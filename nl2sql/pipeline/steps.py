@@ -23,6 +23,7 @@ from nl2sql.errors import (
     ResultFlagged,
     SecurityViolation,
 )
+from nl2sql.index.chunks import qualified
 from nl2sql.index.retrieve import LiveIndex
 from nl2sql.index.route import Routing
 from nl2sql.llm.models import Message
@@ -337,15 +338,19 @@ def generate(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     sq.sql = generate_sql(sq.plan, _dialect(ctx, sq), schemas=sq.schemas)
 
 
+def statement_timeout(ctx: RunContext) -> float:
+    """A statement's timeout: `settings.pipeline.statement_timeout_s`, within what is left of the run's time."""
+    limit = ctx.config.settings.pipeline.statement_timeout_s
+    remaining = ctx.trace.remaining_s()
+    return limit if remaining is None else max(0.1, min(limit, remaining))
+
+
 def execute(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     """Run the SQL read-only (guard, scope, row limit, statement timeout within the run's time)."""
     assert sq.sql is not None
-    limits = ctx.config.settings.pipeline
-    remaining = ctx.trace.remaining_s()
-    timeout = limits.statement_timeout_s if remaining is None else max(0.1, min(limits.statement_timeout_s, remaining))
     caller = scope(ctx.config.policies, state.roles, sq.datasource_id)
     sq.result = run_checked_sql(ctx.catalog.get(sq.datasource_id), sq.sql, caller,
-                                row_limit=limits.row_limit, timeout_s=timeout)
+                                row_limit=ctx.config.settings.pipeline.row_limit, timeout_s=statement_timeout(ctx))
     result = sq.result
     ctx.trace.publish("result.manifest", sub_query_id=sq.id, datasource_id=sq.datasource_id,
                       columns=[c.name for c in result.columns], total_rows=result.row_count,
@@ -435,7 +440,7 @@ def result_findings(ctx: RunContext, state: RunState, sq: SubQuery) -> list[Find
 
 def profiled_values(live: LiveIndex, item: LiteralFilter) -> list[str]:
     """A column's sample values as the live index build profiled them."""
-    table = f"{item.table.schema_name}.{item.table.name}" if item.table.schema_name else item.table.name
+    table = qualified(item.table)
     for entry in live.entries:
         if entry.kind == "column" and entry.table == table and entry.column == item.column:
             return [str(v) for v in entry.metadata.get("samples") or []]
@@ -447,14 +452,10 @@ def _probe(ctx: RunContext, state: RunState, sq: SubQuery) -> Probe:
     within the statement timeout and the run's time."""
     adapter = ctx.catalog.get(sq.datasource_id)
     caller = scope(ctx.config.policies, state.roles, sq.datasource_id)
-    limits = ctx.config.settings.pipeline
 
     def probe(tree: Any, limit: int) -> list[tuple[Any, ...]]:
-        remaining = ctx.trace.remaining_s()
-        timeout = limits.statement_timeout_s if remaining is None else max(0.1, min(limits.statement_timeout_s,
-                                                                                     remaining))
         result = run_checked_sql(adapter, tree.sql(dialect=adapter.dialect), caller, row_limit=limit,
-                                 timeout_s=timeout)
+                                 timeout_s=statement_timeout(ctx))
         return [tuple(row) for row in result.plain_frame().values.tolist()]
 
     return probe

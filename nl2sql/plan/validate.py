@@ -123,11 +123,12 @@ class VisibleNames:
 def iter_plans(plan: m.PlanModel) -> Iterator[m.PlanModel]:
     """The plan and every sub-plan inside it, outermost first."""
     yield plan
-    for node in _children(plan):
+    for node in children(plan):
         yield from _sub_plans(node)
 
 
-def _children(node: m.Node) -> Iterator[m.Node]:
+def children(node: m.Node) -> Iterator[m.Node]:
+    """A plan node's direct child nodes, in field order."""
     for name in type(node).model_fields:
         value = getattr(node, name)
         for item in value if isinstance(value, list) else [value]:
@@ -139,7 +140,7 @@ def _sub_plans(node: m.Node) -> Iterator[m.PlanModel]:
     if isinstance(node, m.PlanModel):
         yield from iter_plans(node)
         return
-    for child in _children(node):
+    for child in children(node):
         yield from _sub_plans(child)
 
 
@@ -148,7 +149,7 @@ def _contains(node: m.Node, kinds: tuple[type, ...], *, into_subplans: bool = Fa
         return True
     if isinstance(node, m.PlanModel) and not into_subplans:
         return False
-    return any(_contains(c, kinds, into_subplans=into_subplans) for c in _children(node))
+    return any(_contains(c, kinds, into_subplans=into_subplans) for c in children(node))
 
 
 def _column_refs(node: m.Node, grouped_keys: frozenset[str] = frozenset()) -> Iterator[m.ColumnRef]:
@@ -159,7 +160,7 @@ def _column_refs(node: m.Node, grouped_keys: frozenset[str] = frozenset()) -> It
     if isinstance(node, m.ColumnRef):
         yield node
     elif not isinstance(node, m.Aggregate | m.PlanModel):
-        for child in _children(node):
+        for child in children(node):
             yield from _column_refs(child, grouped_keys)
 
 

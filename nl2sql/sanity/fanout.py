@@ -11,6 +11,7 @@ from sqlglot import exp
 from nl2sql.datasources.models import TableInfo
 from nl2sql.plan import model as m
 from nl2sql.plan.generate import plan_to_expression
+from nl2sql.plan.validate import children
 from nl2sql.sanity.findings import Finding, Probe
 from nl2sql.sanity.values import resolve_column
 
@@ -69,23 +70,17 @@ def _component(start: str, edges: list[frozenset[str]]) -> set[str]:
 def _aggregates(node: m.Node) -> Iterator[m.Aggregate]:
     if isinstance(node, m.Aggregate):
         yield node
-        return
-    if isinstance(node, m.ScalarSubquery | m.Window):
-        return
-    for value in node.__dict__.values():
-        for child in value if isinstance(value, list) else [value]:
-            if isinstance(child, m.Node) and not isinstance(child, m.PlanModel):
-                yield from _aggregates(child)
+    elif not isinstance(node, m.ScalarSubquery | m.Window | m.PlanModel):
+        for child in children(node):
+            yield from _aggregates(child)
 
 
 def _columns(node: m.Node) -> Iterator[m.ColumnRef]:
     if isinstance(node, m.ColumnRef):
         yield node
-        return
-    for value in node.__dict__.values():
-        for child in value if isinstance(value, list) else [value]:
-            if isinstance(child, m.Node) and not isinstance(child, m.PlanModel):
-                yield from _columns(child)
+    elif not isinstance(node, m.PlanModel):
+        for child in children(node):
+            yield from _columns(child)
 
 
 def fanned_aggregates(plan: m.PlanModel, tables: Mapping[str, TableInfo],
