@@ -349,6 +349,13 @@ class RoutingSettings(Strict):
     vote_k: int = Field(default=20, ge=1)
     rrf_k: int = Field(default=60, ge=1)
     max_sub_queries: int = Field(default=3, ge=1)
+    close_call: float = Field(default=0.85, ge=0, le=1, description="A model (the answerability check, the "
+                              "decomposer) may send a question to a datasource scoring at least this share of the "
+                              "best one; one that scores less does not overrule routing's first pick.")
+    min_evidence: float = Field(default=0.28, ge=0, le=1, description="A question that names nothing of any "
+                                "datasource (no table, column, value or entry word) and whose best datasource's "
+                                "dense evidence is below this is not answerable, refused before any model call "
+                                "(evidence strategy only; 0 turns it off).")
 
 
 class RetrievalSettings(Strict):

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -180,6 +180,31 @@ def route(retriever: Retriever, question: str, datasource_ids: Sequence[str], al
                    {"vote_k": vote_k, "rrf_k": rrf_k, "floor_ratio": floor_ratio, "limit": limit})
 
 
+def close_calls(scores: Mapping[str, float], ratio: float) -> list[str]:
+    """The datasources routing cannot tell apart from its best: a score at least `ratio` times the best one's.
+
+    >>> close_calls({"shop": 0.64, "web": 0.5, "desk": 0.6}, 0.85)
+    ['shop', 'desk']
+    """
+    top = max(scores.values(), default=0.0)
+    return [ds for ds, score in scores.items() if score >= ratio * top]
+
+
+def without_evidence(routing: Routing, min_dense: float) -> bool:
+    """Whether no datasource holds anything the question asks about: the evidence strategy, no datasource with a
+    word of the question in its names, values or entries, and the best dense evidence below `min_dense`.
+
+    >>> weak = RouteCandidate("shop", 0.17, 0.2, {}, {}, {"dense": 0.17, "lexical": 0.0, "bm25": 0.0})
+    >>> without_evidence(Routing(["shop"], [weak], {}, "evidence", {}), 0.28)
+    True
+    """
+    if routing.strategy != "evidence" or not routing.candidates:
+        return False
+    evidence = [c.evidence for c in routing.candidates]
+    return all(not e.get("lexical") and not e.get("bm25") for e in evidence) and max(
+        e.get("dense", 0.0) for e in evidence) < min_dense
+
+
 def fuse_votes(hits: dict[str, list[tuple[float, str]]], words: dict[str, float], best: dict[str, float],
                sizes: dict[str, int], *, strategy: RouteStrategy, vote_k: int, rrf_k: int,
                rankings: dict[str, list[str]], votes: dict[str, dict[str, int]]) -> dict[str, float]:
@@ -262,6 +287,9 @@ def lexical_score(live: LiveIndex, cues: Cues, visible: set[str]) -> float:
     values, _ = facts.value_hits(cues, visible)
     for table, column in values:
         for value in facts.samples.get((table, column), []):
-            for word in read_question(value).terms & cues.terms:
-                covered[word] = max(covered.get(word, 0.0), 2.0)
+            # a value counts by the share of its words the question has: "Jazz" whole, "summer_sale_2011" for
+            # "sales" half (a campaign named after a season is weak evidence of sales data)
+            spelled = {w for w in read_question(value).terms if not w.isdigit()}
+            for word in spelled & cues.terms:
+                covered[word] = max(covered.get(word, 0.0), 2.0 * len(spelled & cues.terms) / len(spelled))
     return sum(covered.values())

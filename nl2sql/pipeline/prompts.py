@@ -126,6 +126,15 @@ _LINE_STARTING_STATEMENT = re.compile(r"^\s*(SELECT|WITH)\b", re.I | re.M)
 _STATEMENT_KEYWORD = re.compile(r"\b(SELECT|WITH)\b", re.I)
 
 
+def reads_as_sql(text: str) -> bool:
+    """Whether a text meant as words is a SQL statement (it begins with SELECT or WITH).
+
+    >>> reads_as_sql("SELECT COUNT(*) FROM Invoice"), reads_as_sql("Selected tracks per genre")
+    (True, False)
+    """
+    return _LINE_STARTING_STATEMENT.match(text.strip()) is not None
+
+
 def sql_answer(text: str) -> SQLAnswer:
     """The statement in a model's plain-text answer: a fenced block's, else from its first SELECT or WITH, up to
     the first semicolon outside a literal; a JSON {"sql": …} answer is read too. With no statement, the words

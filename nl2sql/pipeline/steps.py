@@ -25,7 +25,7 @@ from nl2sql.errors import (
 )
 from nl2sql.index.chunks import qualified
 from nl2sql.index.retrieve import LiveIndex
-from nl2sql.index.route import Routing
+from nl2sql.index.route import Routing, close_calls, without_evidence
 from nl2sql.llm.models import Message
 from nl2sql.pipeline import prompts
 from nl2sql.pipeline.result import RunWarning
@@ -103,6 +103,8 @@ def resolve_datasources(ctx: RunContext, state: RunState) -> None:
                             fix="Run `nl2sql index build` first.", node="resolver")
     routing = index.route(state.question, state.roles, built)
     state.routing = routing.explanation()
+    if without_evidence(routing, ctx.config.settings.routing.min_evidence):
+        raise not_answerable(ctx, state, "resolver")
     picks = routing.picks or built[:1]
     state.datasource_ids = picks
     # one pick: the others fell below the floor, and a model's second opinion only loses answers it would have got
@@ -111,7 +113,8 @@ def resolve_datasources(ctx: RunContext, state: RunState) -> None:
 
 
 def check_answerability(ctx: RunContext, state: RunState, routing: Routing, picks: list[str]) -> list[str]:
-    """The datasources of the shortlist the resolver model says the question needs (it reasons before its verdict);
+    """The datasources of the shortlist the resolver model says the question needs (it reasons before its verdict),
+    when one of them is a close call of routing's (`settings.routing.close_call`), else routing's first pick alone;
     routing's picks stand when it names none of them or says nothing answers (the planner decides that)."""
     index = ctx.index
     # the model sees the picks, then the next-best candidates up to the shortlist size: a question that needs
@@ -127,7 +130,18 @@ def check_answerability(ctx: RunContext, state: RunState, routing: Routing, pick
     answer = ctx.llm.structured("resolver", messages, prompts.answerability_for(tuple(shortlist)))
     state.answerability = answer.model_dump()
     chosen = prompts.same_ids(answer.datasource_ids, shortlist) if answer.answerable else []  # never widens
+    scores = {c.datasource_id: c.score for c in routing.candidates}
+    if chosen and not set(chosen) & set(close_calls(scores, ctx.config.settings.routing.close_call)):
+        # only datasources routing clearly ranks below its first (a small model named the sibling database of
+        # similar tables): the evidence stands, and the model only said the question needs one datasource
+        _rerouted(state, "resolver", chosen[0], picks[0])
+        return picks[:1]
     return chosen or picks
+
+
+def _rerouted(state: RunState, step: str, named: str, first: str) -> None:
+    state.warnings.append(RunWarning(code="SUB_QUERY_REROUTED", step=step, message=f"The {step} model named {named}, "
+                                     f"which routing ranks well below {first}; the question went to {first}."))
 
 
 def not_answerable(ctx: RunContext, state: RunState, node: str) -> QuestionNotAnswerable:
@@ -155,6 +169,14 @@ def decompose(ctx: RunContext, state: RunState) -> None:
         raise QuestionTooBroad(
             f"This question needs {len(plan.sub_queries)} separate queries; at most {limit} are allowed "
             "(settings.routing.max_sub_queries).", fix="Ask about fewer things at once.", node="decomposer")
+    if any(prompts.reads_as_sql(sq.question) for sq in plan.sub_queries):
+        # a sub-query asked in SQL is no question for a planner of another database (a small model writes a
+        # statement per database for a question one answers): the asker's question goes to routing's first pick
+        state.warnings.append(RunWarning(code="DECOMPOSITION_DISCARDED", step="decomposer", message="The decomposer "
+                                         "wrote a sub-query as SQL, not as a question; the question went to "
+                                         f"{state.datasource_ids[0]}, routing's first pick."))
+        _ask_whole(state, state.datasource_ids[0])
+        return
     kept: list[SubQuery] = []
     positions: dict[int, str] = {}
     for i, sq in enumerate(plan.sub_queries):
@@ -171,7 +193,13 @@ def decompose(ctx: RunContext, state: RunState) -> None:
         raise QuestionNotAnswerable("The question could not be split into queries on the data you can reach.",
                                     node="decomposer")
     if len(kept) == 1:  # one database after all: it is asked the asker's own question, not a rewording of it
-        _ask_whole(state, kept[0].datasource_id)
+        chosen = kept[0].datasource_id
+        routed = state.routing or {"picks": [], "candidates": []}
+        scores = {c["datasource_id"]: c["score"] for c in routed["candidates"]}
+        if routed["picks"] and chosen not in close_calls(scores, ctx.config.settings.routing.close_call):
+            _rerouted(state, "decomposer", chosen, routed["picks"][0])  # clear evidence against the model's pick
+            chosen = routed["picks"][0]
+        _ask_whole(state, chosen)
         return
     state.sub_queries = kept
     c = plan.combine

@@ -53,8 +53,8 @@ def shape_answer(plan: m.PlanModel, tables: Mapping[str, TableInfo],
                  rules: Sequence[AnswerShapeRule]) -> tuple[m.PlanModel, list[str]]:
     """The plan with what the rules add (a copy), and what they added: column names, `ties broken on …` (empty:
     unchanged)."""
-    if plan.distinct or not rules:  # DISTINCT: an added column or order key could change the rows
-        return plan, []
+    if (plan.distinct and not _one_row_per_group(plan)) or not rules:
+        return plan, []  # DISTINCT: an added column or order key could change the rows
     shaped = plan.model_copy(deep=True)
     added: list[str] = []
     if "measure" in rules:
@@ -169,6 +169,13 @@ def _shown(expr: m.ExprNode, plan: m.PlanModel) -> bool:
         if _is_count(expr) and any(_is_count(n) for n in _nodes(item.expr)):
             return True
     return False
+
+
+def _one_row_per_group(plan: m.PlanModel) -> bool:
+    """Whether the plan's rows are already distinct: grouped, with every group key selected (a DISTINCT there
+    changes nothing, and neither does a measure or an order key added to it)."""
+    selected = {_key(item.expr) for item in plan.select}
+    return bool(plan.group_by) and all(_key(expr) in selected for expr in plan.group_by)
 
 
 def _is_count(node: m.Node) -> bool:

@@ -164,6 +164,28 @@ def _column_refs(node: m.Node, grouped_keys: frozenset[str] = frozenset()) -> It
             yield from _column_refs(child, grouped_keys)
 
 
+def _refs_of_this_plan(node: m.Node | None) -> Iterator[m.ColumnRef]:
+    """Every column reference of one plan's clause, aggregates and windows included, sub-plans left out."""
+    if isinstance(node, m.ColumnRef):
+        yield node
+    elif node is not None and not isinstance(node, m.PlanModel):
+        for child in children(node):
+            yield from _refs_of_this_plan(child)
+
+
+def _spelled(name: str) -> str:
+    return name.lower().replace("_", "")
+
+
+def _tables_named(label: str, frame: VisibleNames) -> list[tuple[m.TableRef, TableInfo]]:
+    """The tables of this plan (not outer ones) whose name a column label spells: `genre`, `media_type`,
+    `genres`, `genre_name`."""
+    spelled = _spelled(label)
+    forms = {spelled, spelled.removesuffix("name"), spelled.removesuffix("s"), spelled.removesuffix("es")} - {""}
+    return [(ref, info) for ref, info in frame.tables.values()
+            if info is not None and _spelled(info.name) in forms]
+
+
 def _listed(names: list[str] | dict[str, str]) -> str:
     names = list(names)
     return ", ".join(names[:MAX_LISTED_COLUMNS]) + (", …" if len(names) > MAX_LISTED_COLUMNS else "")
@@ -282,6 +304,7 @@ class PlanValidator:
                                  for join in joins for k in join.on if k.left.table and k.right.table]
         if not plan.select:
             self.issue("EMPTY_SELECT", "The plan selects nothing. Add at least one select item.", f"{path}.select")
+        self._labelled_tables(plan, frame, path)
         for i, item in enumerate(plan.select):
             self.expr(item.expr, frame, "select", f"{path}.select[{i}]")
         frame.select_aliases = {item.alias.lower() for item in plan.select if item.alias}
@@ -302,6 +325,31 @@ class PlanValidator:
         self._grouping(plan, frame, path)
         plan.joins.extend(frame.added_joins)
         return frame
+
+    def _labelled_tables(self, plan: m.PlanModel, frame: VisibleNames, path: str) -> None:
+        """A column whose label names another table of this plan that has the column (`T2.Name AS genre` where T2
+        is Track and T1 is Genre) reads that table's column, here and wherever this plan names it again (a
+        repair): a model that numbers its aliases mixes them up, and the label is what it meant."""
+        for i, item in enumerate(plan.select):
+            ref = item.expr
+            if not (isinstance(ref, m.ColumnRef) and ref.table and item.alias):
+                continue
+            found = frame.tables.get(ref.table.lower())
+            if found is None or found[1] is None:
+                continue
+            named = _tables_named(item.alias, frame)
+            if len(named) != 1 or named[0][1] is found[1] or named[0][1].column(ref.column) is None:
+                continue
+            target, info = named[0]
+            written = (ref.table.lower(), ref.column.lower())
+            for node in [*plan.select, plan.where, *plan.group_by, plan.having, *plan.order_by]:
+                for other in _refs_of_this_plan(node):
+                    if other.table and (other.table.lower(), other.column.lower()) == written:
+                        other.table = target.name_in_scope
+            self.repairs.append(PlanIssue("LABEL_NAMES_TABLE", f"{found[0].name_in_scope}.{ref.column} AS "
+                                          f"{item.alias} read as {target.name_in_scope}.{ref.column}: the label "
+                                          f"names {info.name}, which has {ref.column} ({found[0].name_in_scope} "
+                                          f"is {found[1].name}).", f"{path}.select[{i}]"))
 
     def _not_constant(self, expr: m.ExprNode, clause: str, path: str) -> None:
         if isinstance(expr, m.Value):

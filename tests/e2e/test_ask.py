@@ -162,7 +162,7 @@ def test_a_role_with_no_datasource_is_refused_before_any_search(project: Config,
 
 
 def test_an_unanswerable_question_is_refused_by_the_planner(project: Config, model: ModelScript) -> None:
-    question = "Will it rain in Oslo tomorrow?"
+    question = "Which album cover has the most red in it?"  # about albums: routing finds evidence, no table answers
     model.unanswerable.add(question)
     result = ask(project, question, "analyst")
     assert result.status == "error" and [e.code for e in result.errors] == ["QUESTION_NOT_ANSWERABLE"]
@@ -549,6 +549,25 @@ def test_the_answerability_check_narrows_weak_evidence_to_one_datasource(project
     assert model.fake.calls("Decomposition") == 0  # one datasource: nothing to split
 
 
+def test_the_answerability_check_keeps_routings_first_pick(project: Config, model: ModelScript) -> None:
+    question = "How much did we sell each year?"  # invoices (chinook) first, web orders (webanalytics) close
+    picks = IndexService(project).route(question, ["analyst"]).picks
+    assert picks[:2] == ["chinook", "webanalytics"]
+    model.routes[question] = ["webanalytics"]  # a small model's pick of the sibling database
+    model.decompositions[question] = {"sub_queries": [{"datasource_id": "webanalytics", "question": question,
+                                                       "expected_columns": []}], "combine": None}
+    result = ask(project, question, "analyst", settings={"plan_cache": False})
+    assert model.fake.calls("Answerability") == 1 and model.fake.calls("Decomposition") == 0
+    assert [sq.datasource_id for sq in result.sub_queries] == ["chinook"]
+    rerouted = [w for w in result.warnings if w.code == "SUB_QUERY_REROUTED"]
+    assert [w.step for w in rerouted] == ["resolver"] and "webanalytics" in rerouted[0].message
+    # a close call is the model's to make: a datasource within settings.routing.close_call of the best
+    routing = project.settings.routing.model_copy(update={"close_call": 0.7})
+    close = project.model_copy(update={"settings": project.settings.model_copy(update={"routing": routing})})
+    result = ask(close, question, "analyst", settings={"plan_cache": False})
+    assert [sq.datasource_id for sq in result.sub_queries] == ["webanalytics"]
+
+
 def test_the_answerability_check_cannot_refuse(project: Config, model: ModelScript) -> None:
     """A check that says nothing answers leaves routing's picks standing: the planner decides, not the check."""
     model.fake.respond_with("Answerability", lambda body: {"reason": "The question is not about data.",
@@ -572,12 +591,53 @@ def test_without_the_check_routings_picks_go_to_the_decomposer(project: Config, 
     assert [sq.datasource_id for sq in result.sub_queries] == ["chinook", "support"]
 
 
-def test_the_sql_planner_may_say_the_tables_cannot_answer(project: Config, model: ModelScript) -> None:
+def test_a_question_naming_nothing_of_any_datasource_is_refused_before_any_model_call(
+        project: Config, model: ModelScript) -> None:
     question = "What will the weather be in Oslo tomorrow?"
-    answer_sql(model, "planner", {question: "CANNOT ANSWER: there is no weather table."})
     result = ask(project, question, "viewer", settings=SQL_FORMAT)
     assert result.status == "error" and [e.code for e in result.errors] == ["QUESTION_NOT_ANSWERABLE"]
-    assert "weather" not in result.errors[0].message + (result.errors[0].fix or "")
+    assert result.errors[0].message == "None of the data you can reach answers this question."
+    assert not model.fake.requests and not result.sub_queries
+    # off, the planner is asked (and may say the tables cannot answer)
+    answer_sql(model, "planner", {question: "CANNOT ANSWER"})
+    routing = project.settings.routing.model_copy(update={"min_evidence": 0.0})
+    off = project.model_copy(update={"settings": project.settings.model_copy(update={"routing": routing})})
+    result = ask(off, question, "viewer", settings=SQL_FORMAT)
+    assert [e.code for e in result.errors] == ["QUESTION_NOT_ANSWERABLE"] and sql_requests(model, "sql_planner")
+
+
+def test_a_decomposition_kept_to_one_database_goes_to_routings_first_pick(project: Config,
+                                                                          model: ModelScript) -> None:
+    question = "How much did we sell each year?"  # invoices (chinook) first, web orders (webanalytics) close
+    assert IndexService(project).route(question, ["analyst"]).picks[:2] == ["chinook", "webanalytics"]
+    model.decompositions[question] = {"sub_queries": [{"datasource_id": "webanalytics", "question": question,
+                                                       "expected_columns": []}], "combine": None}
+    result = ask(project, question, "analyst", settings={"plan_cache": False, "answerability_check": False})
+    assert [sq.datasource_id for sq in result.sub_queries] == ["chinook"]
+    rerouted = [w for w in result.warnings if w.code == "SUB_QUERY_REROUTED"]
+    assert len(rerouted) == 1 and "webanalytics" in rerouted[0].message and rerouted[0].step == "decomposer"
+
+
+def test_a_decomposition_with_a_sub_query_written_as_sql_is_discarded(project: Config, model: ModelScript) -> None:
+    model.decompositions[TWO_PICKS] = {"sub_queries": [
+        {"datasource_id": "support", "question": "SELECT customer_id, COUNT(*) FROM tickets GROUP BY customer_id",
+         "expected_columns": []},
+        {"datasource_id": "chinook", "question": "Each customer's id and country", "expected_columns": []}],
+        "combine": None}
+    model.plans[TWO_PICKS] = TICKETS_PLAN
+    result = ask(project, TWO_PICKS, "analyst", settings={"plan_cache": False, "answerability_check": False})
+    first = IndexService(project).route(TWO_PICKS, ["analyst"]).picks[0]
+    assert [(sq.datasource_id, sq.question) for sq in result.sub_queries] == [(first, TWO_PICKS)]
+    assert "DECOMPOSITION_DISCARDED" in [w.code for w in result.warnings]
+
+
+def test_the_sql_planner_may_say_the_tables_cannot_answer(project: Config, model: ModelScript) -> None:
+    question = "Which album cover has the most red in it?"  # about albums: routing finds evidence, no table answers
+    answer_sql(model, "planner", {question: "CANNOT ANSWER: there is no album cover image."})
+    result = ask(project, question, "viewer", settings=SQL_FORMAT)
+    assert result.status == "error" and [e.code for e in result.errors] == ["QUESTION_NOT_ANSWERABLE"]
+    assert "image" not in result.errors[0].message + (result.errors[0].fix or "")
+    assert sql_requests(model, "sql_planner")
     assert not any(sq.sql for sq in result.sub_queries) and not sql_requests(model, "sql_refiner")
 
 

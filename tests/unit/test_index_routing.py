@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nl2sql.errors import SecurityViolation
-from nl2sql.index.route import fuse
+from nl2sql.index.route import fuse, without_evidence
 
 
 @pytest.mark.parametrize(
@@ -150,3 +150,18 @@ def test_the_routing_strategy_is_a_setting(demo_config, demo_index) -> None:
 def test_a_name_in_lower_case_brings_the_table_it_is_looked_up_in(pruning_index) -> None:
     schema = pruning_index.retrieve_schema("Which albums did led zeppelin release?", "admin", "chinook")
     assert {"Album", "Artist"} <= set(schema.table_names())
+
+
+def test_a_value_counts_by_the_share_of_its_words_the_question_has(demo_index) -> None:
+    # "sales" is one word of the campaign "summer_sale_2011" (webanalytics): half the weight of a whole value
+    part = {c.datasource_id: c.evidence for c in demo_index.route("What period do our sales records cover?",
+                                                                    "analyst").candidates}
+    whole = {c.datasource_id: c.evidence for c in demo_index.route("How many tracks are Jazz?", "analyst").candidates}
+    assert part["webanalytics"]["lexical"] == pytest.approx(1.0)
+    assert whole["chinook"]["lexical"] >= 2.0  # the genre "Jazz" is a whole value
+
+
+def test_a_question_naming_nothing_of_any_datasource_has_no_evidence(demo_index) -> None:
+    weather = demo_index.route("What will the weather be like in Berlin tomorrow?", "analyst")
+    assert without_evidence(weather, 0.28) and not without_evidence(weather, 0.0)
+    assert not without_evidence(demo_index.route("Which artists have the most albums?", "analyst"), 0.28)

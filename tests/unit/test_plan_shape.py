@@ -103,6 +103,19 @@ def test_an_output_alias_or_a_distinct_plan_is_left_alone(snapshot: SchemaSnapsh
     assert added == []
 
 
+def test_a_distinct_over_rows_already_one_per_group_does_not_stop_the_shape(snapshot: SchemaSnapshot,
+                                                                            demo_config: Config) -> None:
+    # "Who are the five customers who spent the most?" as SELECT DISTINCT c.CustomerId, … GROUP BY c.CustomerId
+    sql, added = shaped(snapshot, demo_config, [col("c", "CustomerId"), col("c", "LastName")], table="Customer",
+                        alias="c", distinct=True,
+                        joins=[{"type": "inner", "table": {"table": "Invoice", "alias": "i"},
+                                "on": [{"left": col("i", "CustomerId"), "right": col("c", "CustomerId")}]}],
+                        group_by=[col("c", "CustomerId")],
+                        order_by=[{"expr": agg("sum", col("i", "Total")), "direction": "desc"}], limit=5)
+    assert added == ["sum_total"]
+    assert sql.startswith("SELECT DISTINCT c.CustomerId, c.LastName, SUM(i.Total) AS sum_total FROM Customer AS c")
+
+
 def test_a_list_of_one_tables_rows_carries_its_key_first(snapshot: SchemaSnapshot, demo_config: Config) -> None:
     # "Which tracks have a name starting with 'Symphony'?"
     where = {"kind": "like", "expr": col("t", "Name"), "pattern": "Symphony%"}

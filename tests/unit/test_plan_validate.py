@@ -736,3 +736,35 @@ def test_a_column_of_tables_not_all_joined_on_it_stays_ambiguous(snapshot: Schem
     other = plan(col(None, "UnitPrice"), table="InvoiceLine", alias="il",
                  joins=[join("Track", "t", key(col("t", "TrackId"), col("il", "TrackId")))])
     assert problems(other, snapshot, scopes["analyst"]).codes == ["AMBIGUOUS_COLUMN"]
+
+
+def test_a_column_labelled_with_another_tables_name_is_read_on_that_table_wherever_the_plan_names_it(
+        snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
+    # SELECT T2.Name AS genre … FROM Genre AS T1 JOIN Track AS T2 … GROUP BY T1.GenreId, T2.Name: aliases mixed up
+    data = plan({"kind": "column", "table": "T2", "column": "Name"}, agg("count", col("T2", "TrackId")),
+                table="Genre", alias="T1", joins=[join("Track", "T2", key(col("T1", "GenreId"), col("T2", "GenreId")))],
+                group_by=[col("T1", "GenreId"), col("T2", "Name")])
+    data["select"][0]["alias"] = "genre"
+    validated = check(data, snapshot, scopes["analyst"])
+    assert [r.code for r in validated.repairs] == ["LABEL_NAMES_TABLE"]
+    assert "T2.Name AS genre read as T1.Name" in validated.repairs[0].message
+    sql = generate_sql(validated.plan, "sqlite")
+    assert sql.startswith("SELECT T1.Name AS genre, COUNT(T2.TrackId)") and "GROUP BY T1.GenreId, T1.Name" in sql
+
+
+@pytest.mark.parametrize("label", ["track", "name", "tracks_total", None])
+def test_a_label_that_names_no_other_table_with_the_column_changes_nothing(label: str | None, snapshot: SchemaSnapshot,
+                                                                          scopes: dict[str, Scope]) -> None:
+    data = plan(col("T2", "Name"), table="Genre", alias="T1",
+                joins=[join("Track", "T2", key(col("T1", "GenreId"), col("T2", "GenreId")))])
+    data["select"][0]["alias"] = label
+    validated = check(data, snapshot, scopes["analyst"])
+    assert not validated.repairs and validated.plan.select[0].expr.table == "T2"
+
+
+def test_a_label_naming_a_table_without_the_column_changes_nothing(snapshot: SchemaSnapshot,
+                                                                   scopes: dict[str, Scope]) -> None:
+    data = plan(col("T2", "Milliseconds"), table="Genre", alias="T1",
+                joins=[join("Track", "T2", key(col("T1", "GenreId"), col("T2", "GenreId")))])
+    data["select"][0]["alias"] = "genre"  # Genre has no Milliseconds
+    assert not check(data, snapshot, scopes["analyst"]).repairs
