@@ -26,7 +26,7 @@ from nl2sql.errors import (
 from nl2sql.index.chunks import qualified
 from nl2sql.index.retrieve import LiveIndex
 from nl2sql.index.route import Routing, close_calls, without_evidence
-from nl2sql.llm.models import Message
+from nl2sql.llm.models import LLMParseError, Message
 from nl2sql.pipeline import prompts
 from nl2sql.pipeline.result import RunWarning
 from nl2sql.pipeline.runtime import RunContext
@@ -127,7 +127,12 @@ def check_answerability(ctx: RunContext, state: RunState, routing: Routing, pick
         described.append((ds, ctx.config.datasource(ds).description, schema.table_names()[:8]))
     messages = prompts.resolver_messages(state.question, described)
     state.prompt_chars["resolver"] = sum(len(m.content) for m in messages)
-    answer = ctx.llm.structured("resolver", messages, prompts.answerability_for(tuple(shortlist)))
+    try:
+        answer = ctx.llm.structured("resolver", messages, prompts.answerability_for(tuple(shortlist)))
+    except LLMParseError:  # the check only narrows: an answer never read leaves routing's picks standing
+        state.warnings.append(RunWarning(code="ANSWERABILITY_CHECK_UNREAD", step="resolver", message="The "
+                                         "answerability check's answer could not be read; routing's picks stand."))
+        return picks
     state.answerability = answer.model_dump()
     chosen = prompts.same_ids(answer.datasource_ids, shortlist) if answer.answerable else []  # never widens
     scores = {c.datasource_id: c.score for c in routing.candidates}

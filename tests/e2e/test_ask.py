@@ -582,6 +582,17 @@ def test_the_answerability_check_cannot_refuse(project: Config, model: ModelScri
     assert [(sq.datasource_id, sq.question) for sq in result.sub_queries] == [("support", TWO_PICKS)]
 
 
+def test_an_answerability_check_never_read_leaves_routings_picks(project: Config, model: ModelScript) -> None:
+    model.queue("Answerability", "", "", "")  # a server that answers nothing, three times
+    model.decompositions[TWO_PICKS] = {"sub_queries": [{"datasource_id": "support", "question": "Tickets",
+                                                        "expected_columns": []}], "combine": None}
+    model.plans[TWO_PICKS] = TICKETS_PLAN
+    result = ask(project, TWO_PICKS, "analyst", settings={"plan_cache": False})
+    assert result.status == "success", result.errors
+    assert model.fake.calls("Answerability") == 3 and model.fake.calls("Decomposition") == 1
+    assert "ANSWERABILITY_CHECK_UNREAD" in [w.code for w in result.warnings]
+
+
 def test_without_the_check_routings_picks_go_to_the_decomposer(project: Config, model: ModelScript) -> None:
     model.split_by_customer(TWO_PICKS, combine={"kind": "join", "left": 0, "right": 1,
                                                 "join_keys": [{"left": "customer_id", "right": "customer_id"}]})

@@ -164,6 +164,22 @@ def test_ask_exit_codes(project: Config, flow_env: dict[str, str], tmp_path: Pat
 
 @pytest.mark.slow
 @pytest.mark.prefect
+def test_a_question_about_no_data_is_refused_before_any_model(project: Config, fake: FakeLLMServer,
+                                                             flow_env: dict[str, str]) -> None:
+    """A question naming nothing of the data is refused by routing's evidence, with the fixed sentence, and no
+    model is asked anything."""
+    before = len(fake.requests)
+    proc = nl2sql("-c", str(project.path), "ask", "What will the weather be like in Berlin tomorrow?", "--role",
+                  "viewer", "--json", env=flow_env)
+    assert_exit(proc, 1)
+    result = json.loads(proc.stdout)
+    assert [e["code"] for e in result["errors"]] == ["QUESTION_NOT_ANSWERABLE"]
+    assert result["answer"]["summary"] == "None of the data you can reach answers this question."
+    assert not result["sub_queries"] and len(fake.requests) == before
+
+
+@pytest.mark.slow
+@pytest.mark.prefect
 def test_a_failed_index_build_exits_1(tmp_path: Path, flow_env: dict[str, str]) -> None:
     nl2sql("init", "--demo", str(tmp_path / "p"))
     (tmp_path / "p" / "data" / "support.sqlite").write_bytes(b"this is not a database" * 100)
