@@ -135,13 +135,18 @@ def check_answerability(ctx: RunContext, state: RunState, routing: Routing, pick
         return picks
     state.answerability = answer.model_dump()
     chosen = prompts.same_ids(answer.datasource_ids, shortlist) if answer.answerable else []  # never widens
-    scores = {c.datasource_id: c.score for c in routing.candidates}
-    if chosen and not set(chosen) & set(close_calls(scores, ctx.config.settings.routing.close_call)):
+    if chosen and not set(chosen) & set(_close_calls(ctx, state)):
         # only datasources routing clearly ranks below its first (a small model named the sibling database of
         # similar tables): the evidence stands, and the model only said the question needs one datasource
         _rerouted(state, "resolver", chosen[0], picks[0])
         return picks[:1]
     return chosen or picks
+
+
+def _close_calls(ctx: RunContext, state: RunState) -> list[str]:
+    """The datasources routing scored within `settings.routing.close_call` of its best (from the run's routing)."""
+    scores = {c["datasource_id"]: c["score"] for c in (state.routing or {}).get("candidates", [])}
+    return close_calls(scores, ctx.config.settings.routing.close_call)
 
 
 def _rerouted(state: RunState, step: str, named: str, first: str) -> None:
@@ -199,11 +204,10 @@ def decompose(ctx: RunContext, state: RunState) -> None:
                                     node="decomposer")
     if len(kept) == 1:  # one database after all: it is asked the asker's own question, not a rewording of it
         chosen = kept[0].datasource_id
-        routed = state.routing or {"picks": [], "candidates": []}
-        scores = {c["datasource_id"]: c["score"] for c in routed["candidates"]}
-        if routed["picks"] and chosen not in close_calls(scores, ctx.config.settings.routing.close_call):
-            _rerouted(state, "decomposer", chosen, routed["picks"][0])  # clear evidence against the model's pick
-            chosen = routed["picks"][0]
+        picks = (state.routing or {}).get("picks") or []
+        if picks and chosen not in _close_calls(ctx, state):
+            _rerouted(state, "decomposer", chosen, picks[0])  # clear evidence against the model's pick
+            chosen = picks[0]
         _ask_whole(state, chosen)
         return
     state.sub_queries = kept
