@@ -141,7 +141,8 @@ def on_dask(workers: int) -> Any:
         raise NL2SQLError("Building on Dask needs a Prefect server its worker processes reach.",
                           fix="Start one (`prefect server start`) and export PREFECT_API_URL=http://127.0.0.1:4200/api.")
     return index_build.with_options(task_runner=DaskTaskRunner(cluster_kwargs={
-        "n_workers": workers, "threads_per_worker": 1, "processes": True, "dashboard_address": None}))
+        "n_workers": workers, "threads_per_worker": 1, "processes": True, "dashboard_address": None,
+        "preload": ["nl2sql.flows.dask_worker"]}))
 
 
 def _as_dict(result: BuildResult) -> dict[str, Any]:

@@ -95,3 +95,25 @@ def test_cli_build_then_retrieve(prefect_server: None, project: Path, capsys: py
     assert "Routing (evidence)" in out and "BM25" in out and "picked" in out
     code, out, _ = run_cli(capsys, "-c", str(project), "index", "versions", "support", "--json")
     assert code == 0 and json.loads(out)[0]["live"] is True
+
+
+def test_a_dask_worker_drops_only_the_heartbeat_that_met_a_closed_connection() -> None:
+    """The preload of each Dask worker: the heartbeat the closing scheduler cuts off prints no traceback; any other
+    record of the worker's logger, an error with its traceback included, still prints."""
+    import logging
+
+    from nl2sql.flows import dask_worker
+
+    logger = logging.getLogger("distributed.worker")
+    dask_worker.dask_setup(worker=None)
+    dask_worker.dask_setup(worker=None)  # a second preload adds no second filter
+    assert sum(isinstance(f, dask_worker.ClosingHeartbeatFilter) for f in logger.filters) == 1
+
+    def record(message: str, exc: BaseException | None) -> logging.LogRecord:
+        info = (type(exc), exc, None) if exc else None
+        return logger.makeRecord(logger.name, logging.ERROR, __file__, 1, message, (), info)
+
+    assert not logger.filter(record(dask_worker.HEARTBEAT_FAILED, ConnectionResetError("Stream is closed")))
+    assert logger.filter(record(dask_worker.HEARTBEAT_FAILED, None))
+    assert logger.filter(record("Unexpected exception during heartbeat. Closing worker.", OSError("x")))
+    assert logger.filter(record("Compute Failed", ValueError("bad datasource")))
