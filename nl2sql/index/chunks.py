@@ -96,7 +96,7 @@ def column_entry(ds: str, table: TableInfo, column_name: str, type_name: str,
     meta: dict[str, Any] = {"type": type_name}
     if profile is not None:
         meta.update(null_share=profile.null_share, distinct=profile.distinct_count, min=profile.min, max=profile.max,
-                    samples=profile.sample_values)
+                    samples=profile.sample_values, sampled_rows=profile.sampled_rows)
         if profile.sample_values:
             text += ", for example " + ", ".join(profile.sample_values[:MAX_SAMPLES_IN_TEXT])
         elif profile.min is not None and category(dtype_of(type_name)) == "temporal":
@@ -104,6 +104,20 @@ def column_entry(ds: str, table: TableInfo, column_name: str, type_name: str,
     name = qualified(table)
     return Entry(id=entry_id(ds, "column", name, column_name), datasource_id=ds, kind="column", text=text + ".",
                  table=name, column=column_name, tables=[name], metadata=meta)
+
+
+def repeating_columns(entries: Iterable[Entry]) -> set[tuple[str, str]]:
+    """The (table, column) pairs, lower-case, whose profile saw a value twice: fewer distinct values than non-null
+    rows in the sample (a build before profiles recorded their sample's size says nothing)."""
+    found = set()
+    for entry in entries:
+        meta = entry.metadata
+        if entry.kind != "column" or entry.table is None or entry.column is None or not meta.get("sampled_rows"):
+            continue
+        non_null = round(meta["sampled_rows"] * (1 - (meta.get("null_share") or 0)))
+        if meta.get("distinct") is not None and meta["distinct"] < non_null:
+            found.add((entry.table.rpartition(".")[2].lower(), entry.column.lower()))
+    return found
 
 
 def year_span(low: str, high: str | None) -> str:

@@ -10,11 +10,11 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from nl2sql.aggregate import CombineSpec, Frame, JoinKeyPair, combine
 from nl2sql.datasources.checked import run_checked_sql
-from nl2sql.datasources.models import SchemaSnapshot
 from nl2sql.errors import (
     IndexNotBuilt,
     NL2SQLError,
@@ -23,7 +23,7 @@ from nl2sql.errors import (
     ResultFlagged,
     SecurityViolation,
 )
-from nl2sql.index.chunks import qualified
+from nl2sql.index.chunks import qualified, repeating_columns
 from nl2sql.index.retrieve import LiveIndex
 from nl2sql.index.route import Routing, close_calls, without_evidence
 from nl2sql.llm.models import LLMParseError, Message
@@ -33,6 +33,7 @@ from nl2sql.pipeline.runtime import RunContext
 from nl2sql.pipeline.state import ExpectedColumn, Flagged, RunState, SubQuery
 from nl2sql.plan import PlanModel, ValidatedPlan, generate_sql, plan_from_sql, validate_plan
 from nl2sql.plan.join_keys import Dtype, value_dtype
+from nl2sql.plan.readings import read_against_question
 from nl2sql.plan.shape import shape_answer
 from nl2sql.policies import Scope, reachable_datasources, scope
 from nl2sql.sanity import (
@@ -342,25 +343,30 @@ def validate(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     assert sq.plan is not None
     caller = scope(ctx.config.policies, state.roles, sq.datasource_id)
     validated = validate_plan(sq.plan, live.snapshot, caller)
+    if sq.plan_source == "planner":  # a model's plan against what its question and its own labels say
+        read, readings = read_against_question(validated.plan, sq.question)
+        validated = replace(validated, plan=read, repairs=[*validated.repairs, *readings])
     for repair in validated.repairs:
         state.warnings.append(RunWarning(code="PLAN_REPAIRED", step="validator", sub_query_id=sq.id, message=repair.message,
                                          detail={"repair": repair.code, "at": repair.path}))
     if sq.plan_source == "planner":  # a model's plan; a verified, cached or resumed one stays as it was
-        validated = _with_answer_shape(ctx, state, sq, validated, live.snapshot, caller)
+        validated = _with_answer_shape(ctx, state, sq, validated, live, caller)
     sq.plan, sq.schemas = validated.plan, validated.schemas
     sq.tables = [t.name for t in validated.tables]
 
 
 def _with_answer_shape(ctx: RunContext, state: RunState, sq: SubQuery, validated: ValidatedPlan,
-                       snapshot: SchemaSnapshot, caller: Scope) -> ValidatedPlan:
+                       live: LiveIndex, caller: Scope) -> ValidatedPlan:
     """The validated plan with what its answer needs (`planner.answer_shape`: columns to read it by, a key to break
     ties on), validated again; the plan as it was when the additions do not validate."""
     rules = ctx.config.settings.pipeline.planner.answer_shape
-    shaped, added = shape_answer(validated.plan, {t.name: t for t in validated.tables}, rules)
+    shaped, added = shape_answer(validated.plan, {t.name: t for t in validated.tables}, rules,
+                                 repeating_columns(live.entries))
     if not added:
         return validated
+    assert live.snapshot is not None
     try:
-        reshaped = validate_plan(shaped, snapshot, caller)
+        reshaped = validate_plan(shaped, live.snapshot, caller)
     except NL2SQLError:
         return validated
     state.warnings.append(RunWarning(code="ANSWER_SHAPED", step="validator", sub_query_id=sq.id, message="Added to the answer: "

@@ -11,8 +11,10 @@ Four rules, each optional (`settings.pipeline.planner.answer_shape`), applied to
   compares is shown. Tie-breaking keys after the first are not.
 - `key`: a list of one table's rows carries that table's key, first. Names are not keys (two playlists
   are called "Music"): a plan without grouping or aggregates that selects columns of its FROM table, but
-  not that table's one-column primary key, gets the key in front. A grouped plan lists groups, and gets
-  nothing: "tracks per genre" grouped by the genre's key reads by the genre's name.
+  not that table's one-column primary key, gets the key in front. A grouped plan lists groups, and gets the
+  key of a table it groups by only where that table's shown columns repeat in the data (the profile's
+  `repeating` columns): "tracks per playlist" grouped by the playlist's key shows the key beside the name,
+  "tracks per genre" reads by the genre's name, which no two genres share.
 - `groups`: a grouped plan that shows only aggregates shows its group keys, first. "The average price of each
   media type" planned as `SELECT AVG(UnitPrice) … GROUP BY MediaTypeId` answers with a column saying which
   media type each average is for. A plan that shows any plain column beside its aggregates gets nothing (a
@@ -42,17 +44,17 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
 from nl2sql.config.models import AnswerShapeRule
 from nl2sql.datasources.models import TableInfo
 from nl2sql.plan import model as m
 
 
-def shape_answer(plan: m.PlanModel, tables: Mapping[str, TableInfo],
-                 rules: Sequence[AnswerShapeRule]) -> tuple[m.PlanModel, list[str]]:
+def shape_answer(plan: m.PlanModel, tables: Mapping[str, TableInfo], rules: Sequence[AnswerShapeRule],
+                 repeating: Collection[tuple[str, str]] = ()) -> tuple[m.PlanModel, list[str]]:
     """The plan with what the rules add (a copy), and what they added: column names, `ties broken on …` (empty:
-    unchanged)."""
+    unchanged). `repeating`: the (table, column) pairs, lower-case, whose values repeat in the data."""
     if (plan.distinct and not _one_row_per_group(plan)) or not rules:
         return plan, []  # DISTINCT: an added column or order key could change the rows
     shaped = plan.model_copy(deep=True)
@@ -67,6 +69,8 @@ def shape_answer(plan: m.PlanModel, tables: Mapping[str, TableInfo],
         key = _missing_key(shaped, tables)
         if key is not None:
             added.append(_show(shaped, key, 0))
+        for key in _missing_group_keys(shaped, tables, {(t.lower(), c.lower()) for t, c in repeating}):
+            added.append(_show(shaped, key, _first_shown(shaped, key.table)))
     if "ties" in rules:
         for expr in _tie_breakers(shaped, tables):
             shaped.order_by.append(m.OrderItem(expr=expr, direction="asc"))
@@ -147,6 +151,31 @@ def _missing_key(plan: m.PlanModel, tables: Mapping[str, TableInfo]) -> m.Column
     if key is None or not own or any(c.column.lower() == key.column.lower() for c in own):  # type: ignore[union-attr]
         return None
     return key
+
+
+def _missing_group_keys(plan: m.PlanModel, tables: Mapping[str, TableInfo],
+                        repeating: set[tuple[str, str]]) -> list[m.ColumnRef]:
+    """The one-column keys a grouped plan groups by but does not show, of each table whose shown columns repeat
+    in the data (its rows would carry a label two groups may share)."""
+    if not plan.group_by:
+        return []
+    grouped = {_key(e) for e in plan.group_by}
+    found = []
+    for ref in plan.tables():
+        key = _key_of(ref, tables)
+        if key is None or _key(key) not in grouped or _shown(key, plan):
+            continue
+        shown = [item.expr.column.lower() for item in plan.select if isinstance(item.expr, m.ColumnRef)
+                 and (item.expr.table or "").lower() == ref.name_in_scope.lower()]
+        if any((ref.table.lower(), column) in repeating for column in shown):
+            found.append(key)
+    return found
+
+
+def _first_shown(plan: m.PlanModel, table: str | None) -> int:
+    """The position of the first select item that is a column of `table` (the key goes in front of its label)."""
+    return next((i for i, item in enumerate(plan.select) if isinstance(item.expr, m.ColumnRef)
+                 and (item.expr.table or "").lower() == (table or "").lower()), 0)
 
 
 def _key_of(ref: m.TableRef, tables: Mapping[str, TableInfo]) -> m.ColumnRef | None:

@@ -665,6 +665,27 @@ def test_the_planners_table_names_are_an_enum_of_the_tables_it_was_shown(project
     assert all(f"\n{t}, " in "\n" + asked_tables(request) for t in tables)
 
 
+def test_a_models_page_unit_and_group_labels_are_read_against_the_question(project: Config,
+                                                                           model: ModelScript) -> None:
+    paged, timed = "Which are the 11th to 20th longest tracks?", "Which are the three longest tracks, in minutes?"
+    grouped = "How many tracks does each playlist hold?"
+    answer_sql(model, "planner", {
+        paged: "SELECT TrackId, Milliseconds FROM Track ORDER BY Milliseconds DESC LIMIT 10 OFFSET 9",
+        timed: "SELECT TrackId, Milliseconds / 1000.0 AS minutes FROM Track ORDER BY Milliseconds DESC LIMIT 3",
+        grouped: "SELECT p.Name, COUNT(*) AS tracks FROM Playlist p JOIN PlaylistTrack pt ON pt.PlaylistId = "
+                 "p.PlaylistId GROUP BY p.PlaylistId, p.Name"})
+    result = ask(project, paged, "viewer", settings=SQL_FORMAT)
+    assert result.status == "success", result.errors
+    assert "LIMIT 10 OFFSET 10" in result.sub_queries[0].sql and result.sub_queries[0].rows[0][0] == 3232
+    assert [w.detail["repair"] for w in result.warnings if w.code == "PLAN_REPAIRED"] == ["QUESTION_RANGE"]
+    result = ask(project, timed, "viewer", settings=SQL_FORMAT)
+    assert [round(row[1], 2) for row in result.sub_queries[0].rows] == [88.12, 84.81, 49.34]
+    assert [w.detail["repair"] for w in result.warnings if w.code == "PLAN_REPAIRED"] == ["UNIT_FACTOR"]
+    result = ask(project, grouped, "viewer", settings=SQL_FORMAT)
+    assert result.sub_queries[0].columns == ["playlist_id", "Name", "tracks"]  # two playlists are called "Music"
+    assert [row[:2] for row in result.sub_queries[0].rows if row[1] == "Music"] == [[1, "Music"], [8, "Music"]]
+
+
 def asked_tables(body: dict) -> str:
     """The user message that shows the planner its tables."""
     return next(m["content"] for m in body["messages"] if m["role"] == "user")

@@ -29,12 +29,13 @@ def agg(func: str, arg: dict | None = None) -> dict:
 
 
 def shaped(snapshot: SchemaSnapshot, demo_config: Config, select: list[dict], table: str = "Track", alias: str = "t",
-           rules: tuple[str, ...] = ("measure", "key"), **rest: Any) -> tuple[str, list[str]]:
+           rules: tuple[str, ...] = ("measure", "key"), repeating: frozenset[tuple[str, str]] = frozenset(),
+           **rest: Any) -> tuple[str, list[str]]:
     """The SQL of the validated, shaped plan and the aliases added."""
     caller = scope(demo_config.policies, "analyst", "chinook")
     data = {"select": [{"expr": e} for e in select], "from": {"table": table, "alias": alias}, **rest}
     validated = validate_plan(PlanModel.model_validate(data), snapshot, caller)
-    plan, added = shape_answer(validated.plan, {t.name: t for t in validated.tables}, list(rules))
+    plan, added = shape_answer(validated.plan, {t.name: t for t in validated.tables}, list(rules), repeating)
     plan = validate_plan(plan, snapshot, caller).plan  # what the engine adds always validates here
     return generate_sql(plan, "sqlite"), added
 
@@ -129,6 +130,45 @@ def test_a_grouped_plan_gets_no_key(snapshot: SchemaSnapshot, demo_config: Confi
              "on": [{"left": col("g", "GenreId"), "right": col("t", "GenreId")}]}
     _, added = shaped(snapshot, demo_config, [col("g", "Name"), agg("count")], joins=[genre],
                       group_by=[col("g", "GenreId"), col("g", "Name")], rules=("key",))
+    assert added == []
+
+
+@pytest.fixture(scope="module")
+def repeating(chinook_path: Path, snapshot: SchemaSnapshot) -> set[tuple[str, str]]:
+    """The chinook columns whose profiled values repeat, read back from the column entries an index build writes."""
+    from nl2sql.index.chunks import column_entry, repeating_columns
+
+    adapter = adapter_class("sqlite")("chinook", f"sqlite:///{chinook_path}")
+    tables = {t.name: t for t in snapshot.tables}
+    entries = [column_entry("chinook", tables[p.table], p.column, p.type, p)
+               for p in adapter.profile(snapshot, tables=["Playlist", "Genre", "Customer"])]
+    return repeating_columns(entries)
+
+
+def test_the_profile_says_which_labels_repeat(repeating: set[tuple[str, str]]) -> None:
+    assert ("playlist", "name") in repeating  # two playlists are called "Music"
+    assert ("genre", "name") not in repeating and ("playlist", "playlistid") not in repeating
+    assert ("customer", "country") in repeating and ("customer", "email") not in repeating
+
+
+def test_a_group_whose_label_repeats_shows_its_key(snapshot: SchemaSnapshot, demo_config: Config,
+                                                  repeating: set[tuple[str, str]]) -> None:
+    # "How many tracks does each playlist hold?": two rows named "Music" need the key to tell them apart
+    link = {"type": "inner", "table": {"table": "PlaylistTrack", "alias": "pt"},
+            "on": [{"left": col("pt", "PlaylistId"), "right": col("p", "PlaylistId")}]}
+    sql, added = shaped(snapshot, demo_config, [col("p", "Name"), agg("count")], table="Playlist", alias="p",
+                        joins=[link], group_by=[col("p", "PlaylistId"), col("p", "Name")], rules=("key",),
+                        repeating=frozenset(repeating))
+    assert added == ["playlist_id"]
+    assert sql.startswith("SELECT p.PlaylistId AS playlist_id, p.Name, COUNT(*) FROM Playlist AS p")
+    # the same question grouped by the name alone has no key to show; genres' names do not repeat
+    _, added = shaped(snapshot, demo_config, [col("p", "Name"), agg("count")], table="Playlist", alias="p",
+                      joins=[link], group_by=[col("p", "Name")], rules=("key",), repeating=frozenset(repeating))
+    assert added == []
+    genre = {"type": "inner", "table": {"table": "Genre", "alias": "g"},
+             "on": [{"left": col("g", "GenreId"), "right": col("t", "GenreId")}]}
+    _, added = shaped(snapshot, demo_config, [agg("count"), col("g", "Name")], joins=[genre],
+                      group_by=[col("g", "GenreId"), col("g", "Name")], rules=("key",), repeating=frozenset(repeating))
     assert added == []
 
 

@@ -1,0 +1,86 @@
+"""A model's plan read against its question and its own labels (nl2sql.plan.readings): a range of positions has
+one page, a label's unit one factor; anything else is left as the model wrote it."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from nl2sql.plan import PlanModel
+from nl2sql.plan.readings import read_against_question
+
+
+def col(table: str | None, column: str) -> dict:
+    return {"kind": "column", "table": table, "column": column}
+
+
+def page(limit: int | None, offset: int | None) -> PlanModel:
+    return PlanModel.model_validate({"select": [{"expr": col("t", "Name")}], "from": {"table": "Track", "alias": "t"},
+                                     "order_by": [{"expr": col("t", "Milliseconds"), "direction": "desc"}],
+                                     "limit": limit, "offset": offset})
+
+
+@pytest.mark.parametrize(("question", "limit", "offset"), [
+    ("Which are the 11th to 20th longest tracks?", 10, 9),
+    ("Which are the 11th to 20th longest tracks?", 10, 11),
+    ("Which customers come 11th through the 20th by last name?", 20, 10),  # the range's end written as LIMIT
+    ("Show the 1st-5th invoices by total", 5, 1),
+])
+def test_a_range_of_positions_one_off_is_set_to_its_page(question: str, limit: int, offset: int) -> None:
+    first, last = (int(n) for n in re.findall(r"(\d+)(?:st|nd|rd|th)", question))
+    fixed, repairs = read_against_question(page(limit, offset), question)
+    assert (fixed.limit, fixed.offset) == (last - first + 1, first - 1)
+    assert [r.code for r in repairs] == ["QUESTION_RANGE"] and f"positions {first} to {last}" in repairs[0].message
+
+
+@pytest.mark.parametrize(("question", "limit", "offset"), [
+    ("Which are the 11th to 20th longest tracks?", 10, 10),  # right already
+    ("Which are the 11th to 20th longest tracks?", 5, 3),  # another reading than one position off: the model's
+    ("Which are the ten longest tracks?", 10, 1),  # no range named
+    ("Compare the 1st to 5th and the 6th to 10th tracks", 5, 1),  # two ranges: which one is this plan?
+    ("Which are the 11th to 20th longest tracks?", None, None),
+])
+def test_anything_else_is_left_as_written(question: str, limit: int | None, offset: int | None) -> None:
+    plan = page(limit, offset)
+    fixed, repairs = read_against_question(plan, question)
+    assert fixed is plan and repairs == []
+
+
+def divided(alias: str, column: str, factor: float, aggregate: str | None = None) -> PlanModel:
+    value: dict = col("t", column)
+    if aggregate:
+        value = {"kind": "aggregate", "func": aggregate, "arg": value}
+    expr = {"kind": "function", "name": "round", "args": [
+        {"kind": "arithmetic", "op": "/", "left": value, "right": {"kind": "literal", "value": factor}},
+        {"kind": "literal", "value": 2}]}
+    return PlanModel.model_validate({"select": [{"expr": expr, "alias": alias}], "from": {"table": "Track", "alias": "t"}})
+
+
+@pytest.mark.parametrize(("alias", "column", "written", "aggregate", "wanted"), [
+    ("minutes", "Milliseconds", 1000, None, 60_000),  # milliseconds to seconds, labelled minutes
+    ("avg_minutes", "Milliseconds", 1000.0, "avg", 60_000),
+    ("length_seconds", "Milliseconds", 60_000, "max", 1000),
+    ("megabytes", "Bytes", 1024, None, 1024 ** 2),
+    ("hours", "Seconds", 60, None, 3600),
+])
+def test_a_label_in_one_unit_divides_by_its_factor(alias: str, column: str, written: float, aggregate: str | None,
+                                                   wanted: float) -> None:
+    fixed, repairs = read_against_question(divided(alias, column, written, aggregate), "any question")
+    division = fixed.select[0].expr.args[0]  # type: ignore[union-attr]
+    assert division.right.value == wanted and [r.code for r in repairs] == ["UNIT_FACTOR"]
+
+
+@pytest.mark.parametrize(("alias", "column", "written"), [
+    ("minutes", "Milliseconds", 60_000),  # right already
+    ("megabytes", "Bytes", 1_000_000),  # decimal megabytes: a reading of its own
+    ("minutes", "Milliseconds", 7),  # no unit's factor: the model meant something else
+    ("min_length", "Milliseconds", 1000),  # `min` is a minimum as often as minutes
+    ("minutes", "Bytes", 1000),  # a size labelled in time: no reading
+    ("seconds_per_megabyte", "Milliseconds", 1000),  # two units in the label
+    ("share", "Milliseconds", 1000),
+])
+def test_a_factor_with_another_reading_is_left_as_written(alias: str, column: str, written: float) -> None:
+    plan = divided(alias, column, written)
+    fixed, repairs = read_against_question(plan, "any question")
+    assert fixed is plan and repairs == []
