@@ -344,7 +344,7 @@ def validate(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     caller = scope(ctx.config.policies, state.roles, sq.datasource_id)
     validated = validate_plan(sq.plan, live.snapshot, caller)
     if sq.plan_source == "planner":  # a model's plan against what its question and its own labels say
-        read, readings = read_against_question(validated.plan, sq.question)
+        read, readings = read_against_question(validated.plan, sq.question, {t.name: t for t in validated.tables})
         validated = replace(validated, plan=read, repairs=[*validated.repairs, *readings])
     for repair in validated.repairs:
         state.warnings.append(RunWarning(code="PLAN_REPAIRED", step="validator", sub_query_id=sq.id, message=repair.message,

@@ -1,6 +1,6 @@
 """Where a model's validated plan contradicts what is written beside it, and only one reading is left.
 
-Two checks, applied to a model's plan (never to a verified query's, a cached one's or a gold plan), each fix
+Three checks, applied to a model's plan (never to a verified query's, a cached one's or a gold plan), each fix
 recorded as a repair the asker sees:
 
 - `QUESTION_RANGE`: the question names a range of positions ("the 11th to 20th longest tracks"), which has one
@@ -10,6 +10,10 @@ recorded as a repair the asker sees:
   (`Milliseconds`) by dividing by the factor of a third unit (1000: milliseconds to seconds) divides by the
   label's factor instead (60000). The label is the model's own reading of the question; the factor is the
   arithmetic it got wrong.
+- `SHOWN_COLUMN_FIXED`: a list whose every shown column its filter fixes to one value (`SELECT g.Name … WHERE
+  g.Name = 'Bossa Nova'` over Genre g JOIN Track t) shows one value on every row. Where exactly one other table
+  of the plan has a column of each such name, the list shows that table's column (`t.Name`): the model mixed up
+  its aliases, as in LABEL_NAMES_TABLE, and the filter says which table it meant to filter.
 
 >>> from nl2sql.plan.model import PlanModel
 >>> plan = PlanModel.model_validate({
@@ -23,7 +27,9 @@ recorded as a repair the asker sees:
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
+from nl2sql.datasources.models import TableInfo
 from nl2sql.plan import model as m
 from nl2sql.plan.validate import PlanIssue, children
 
@@ -47,11 +53,48 @@ UNITS: dict[str, tuple[str, float]] = {
 DECIMAL_SIZES = {1000: 1024, 1000 ** 2: 1024 ** 2, 1000 ** 3: 1024 ** 3}
 
 
-def read_against_question(plan: m.PlanModel, question: str) -> tuple[m.PlanModel, list[PlanIssue]]:
-    """The plan with its contradictions fixed (a copy where anything changed), and the repairs made."""
+def read_against_question(plan: m.PlanModel, question: str,
+                          tables: Mapping[str, TableInfo] | None = None) -> tuple[m.PlanModel, list[PlanIssue]]:
+    """The plan with its contradictions fixed (a copy where anything changed), and the repairs made. `tables`: the
+    plan's tables by name, as validated (without them the shown columns are not checked)."""
     fixed = plan.model_copy(deep=True)
-    repairs = [*_question_range(fixed, question), *_unit_factors(fixed)]
+    repairs = [*_question_range(fixed, question), *_unit_factors(fixed), *_fixed_shown_columns(fixed, tables or {})]
     return (fixed, repairs) if repairs else (plan, [])
+
+
+def _fixed_shown_columns(plan: m.PlanModel, tables: Mapping[str, TableInfo]) -> list[PlanIssue]:
+    """Show the other table's column of the same name where a list shows only columns its filter fixes."""
+    if plan.group_by or not plan.select or plan.where is None:
+        return []
+    conjuncts = plan.where.conditions if isinstance(plan.where, m.And) else [plan.where]
+    fixed = {(c.left.table or "").lower() + "." + c.left.column.lower() for c in conjuncts
+             if isinstance(c, m.Comparison) and c.op == "=" and isinstance(c.left, m.ColumnRef)
+             and isinstance(c.right, m.Value) and c.right.value is not None}
+    moves: list[tuple[m.ColumnRef, m.TableRef]] = []
+    for item in plan.select:
+        ref = item.expr
+        if not isinstance(ref, m.ColumnRef) or f"{(ref.table or '').lower()}.{ref.column.lower()}" not in fixed:
+            return []
+        others = [t for t in plan.tables() if t.name_in_scope.lower() != (ref.table or "").lower()
+                  and (info := tables.get(t.table)) is not None and info.column(ref.column) is not None
+                  and not _joined_on(plan, ref, t)]  # a join key equal to the fixed one is fixed as well
+        if len(others) != 1:
+            return []
+        moves.append((ref, others[0]))
+    repairs = []
+    for i, (ref, other) in enumerate(moves):
+        repairs.append(PlanIssue("SHOWN_COLUMN_FIXED", f"{ref.table}.{ref.column} shown as {other.name_in_scope}."
+                                 f"{ref.column}: the filter fixes {ref.table}.{ref.column} to one value, so every row "
+                                 "would show it.", f"plan.select[{i}]"))
+        ref.table = other.name_in_scope
+    return repairs
+
+
+def _joined_on(plan: m.PlanModel, ref: m.ColumnRef, other: m.TableRef) -> bool:
+    """Whether a join compares `ref` with the column of the same name of `other`."""
+    sides = {f"{(ref.table or '').lower()}.{ref.column.lower()}", f"{other.name_in_scope.lower()}.{ref.column.lower()}"}
+    return any({f"{(k.left.table or '').lower()}.{k.left.column.lower()}",
+                f"{(k.right.table or '').lower()}.{k.right.column.lower()}"} == sides for j in plan.joins for k in j.on)
 
 
 def _question_range(plan: m.PlanModel, question: str) -> list[PlanIssue]:

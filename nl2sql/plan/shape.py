@@ -11,7 +11,9 @@ Four rules, each optional (`settings.pipeline.planner.answer_shape`), applied to
   compares is shown. Tie-breaking keys after the first are not.
 - `key`: a list of one table's rows carries that table's key, first. Names are not keys (two playlists
   are called "Music"): a plan without grouping or aggregates that selects columns of its FROM table, but
-  not that table's one-column primary key, gets the key in front. A grouped plan lists groups, and gets the
+  not that table's one-column primary key, gets the key in front; so does a plan of two tables that shows
+  only the joined table's columns, joined on the FROM table's key (each joined row meets one FROM row: the
+  rows are the joined table's). A grouped plan lists groups, and gets the
   key of a table it groups by only where that table's shown columns repeat in the data (the profile's
   `repeating` columns): "tracks per playlist" grouped by the playlist's key shows the key beside the name,
   "tracks per genre" reads by the genre's name, which no two genres share.
@@ -141,14 +143,20 @@ def _missing_labels(plan: m.PlanModel) -> list[m.ExprNode]:
 
 
 def _missing_key(plan: m.PlanModel, tables: Mapping[str, TableInfo]) -> m.ColumnRef | None:
-    """The one-column key of the FROM table when the plan lists its rows (no grouping, no aggregate) without it."""
+    """The one-column key of the table whose rows the plan lists (no grouping, no aggregate) without it: the FROM
+    table when it shows columns of it; in a plan of two tables that shows only the joined one's columns, met on
+    the FROM table's key (each of its rows meets one row), the joined table."""
     if plan.group_by or any(_has(item.expr, m.Aggregate) for item in plan.select):
         return None
-    key = _key_of(plan.from_, tables)
-    name = plan.from_.name_in_scope.lower()
-    own = [item.expr for item in plan.select
-           if isinstance(item.expr, m.ColumnRef) and (item.expr.table or "").lower() == name]
-    if key is None or not own or any(c.column.lower() == key.column.lower() for c in own):  # type: ignore[union-attr]
+    shown = [item.expr for item in plan.select if isinstance(item.expr, m.ColumnRef) and item.expr.table]
+    owners = {c.table.lower() for c in shown}  # type: ignore[union-attr]
+    listed: m.TableRef | None = plan.from_ if plan.from_.name_in_scope.lower() in owners else None
+    if listed is None and len(plan.joins) == 1 and owners == {plan.joins[0].table.name_in_scope.lower()}:
+        from_key = _key_of(plan.from_, tables)
+        if from_key is not None and any(_key(from_key) in (_key(k.left), _key(k.right)) for k in plan.joins[0].on):
+            listed = plan.joins[0].table
+    key = _key_of(listed, tables) if listed is not None else None
+    if key is None or _key(key) in {_key(c) for c in shown}:
         return None
     return key
 

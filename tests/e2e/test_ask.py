@@ -669,7 +669,9 @@ def test_a_models_page_unit_and_group_labels_are_read_against_the_question(proje
                                                                            model: ModelScript) -> None:
     paged, timed = "Which are the 11th to 20th longest tracks?", "Which are the three longest tracks, in minutes?"
     grouped = "How many tracks does each playlist hold?"
+    fixed = "Which tracks belong to the opera genre?"
     answer_sql(model, "planner", {
+        fixed: "SELECT T1.Name FROM Genre AS T1 JOIN Track AS T2 ON T1.GenreId = T2.GenreId WHERE T1.Name = 'Opera'",
         paged: "SELECT TrackId, Milliseconds FROM Track ORDER BY Milliseconds DESC LIMIT 10 OFFSET 9",
         timed: "SELECT TrackId, Milliseconds / 1000.0 AS minutes FROM Track ORDER BY Milliseconds DESC LIMIT 3",
         grouped: "SELECT p.Name, COUNT(*) AS tracks FROM Playlist p JOIN PlaylistTrack pt ON pt.PlaylistId = "
@@ -684,6 +686,9 @@ def test_a_models_page_unit_and_group_labels_are_read_against_the_question(proje
     result = ask(project, grouped, "viewer", settings=SQL_FORMAT)
     assert result.sub_queries[0].columns == ["playlist_id", "Name", "tracks"]  # two playlists are called "Music"
     assert [row[:2] for row in result.sub_queries[0].rows if row[1] == "Music"] == [[1, "Music"], [8, "Music"]]
+    result = ask(project, fixed, "viewer", settings=SQL_FORMAT)  # the track's name, not "Opera", with its key
+    assert result.sub_queries[0].columns == ["track_id", "Name"] and result.sub_queries[0].rows[0][0] == 3451
+    assert [w.detail["repair"] for w in result.warnings if w.code == "PLAN_REPAIRED"] == ["SHOWN_COLUMN_FIXED"]
 
 
 def asked_tables(body: dict) -> str:

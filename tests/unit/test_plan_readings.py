@@ -84,3 +84,43 @@ def test_a_factor_with_another_reading_is_left_as_written(alias: str, column: st
     plan = divided(alias, column, written)
     fixed, repairs = read_against_question(plan, "any question")
     assert fixed is plan and repairs == []
+
+
+def genre_tracks(select: list[dict], where: dict) -> PlanModel:
+    return PlanModel.model_validate({
+        "select": [{"expr": e} for e in select], "from": {"table": "Genre", "alias": "g"},
+        "joins": [{"type": "inner", "table": {"table": "Track", "alias": "t"},
+                   "on": [{"left": col("g", "GenreId"), "right": col("t", "GenreId")}]}], "where": where})
+
+
+def equals(ref: dict, value: object) -> dict:
+    return {"kind": "compare", "op": "=", "left": ref, "right": {"kind": "literal", "value": value}}
+
+
+@pytest.fixture(scope="module")
+def chinook_tables(chinook_path) -> dict:  # type: ignore[no-untyped-def]
+    from nl2sql.datasources import adapter_class
+
+    snapshot = adapter_class("sqlite")("chinook", f"sqlite:///{chinook_path}").reflect()
+    return {t.name: t for t in snapshot.tables}
+
+
+def test_a_list_of_the_value_its_filter_fixes_shows_the_other_tables_column(chinook_tables: dict) -> None:
+    # "List the tracks in the bossa nova genre", written with the genre's alias on the shown column
+    plan = genre_tracks([col("g", "Name")], equals(col("g", "Name"), "Bossa Nova"))
+    fixed, repairs = read_against_question(plan, "List the tracks in the bossa nova genre.", chinook_tables)
+    assert fixed.select[0].expr.table == "t" and fixed.where.left.table == "g"  # type: ignore[union-attr]
+    assert [r.code for r in repairs] == ["SHOWN_COLUMN_FIXED"]
+
+
+@pytest.mark.parametrize(("select", "where"), [
+    ([col("g", "Name"), col("t", "Composer")], equals(col("g", "Name"), "Jazz")),  # one column says something
+    ([col("g", "Name")], {"kind": "compare", "op": ">", "left": col("g", "Name"), "right": {"kind": "literal",
+                                                                                         "value": "J"}}),
+    ([col("g", "GenreId")], equals(col("g", "GenreId"), 2)),  # Track's GenreId: joined on it, so fixed as well
+    ([col("t", "Composer")], equals(col("t", "Composer"), "AC/DC")),  # no other table has a Composer
+])
+def test_a_list_that_says_something_is_left_as_written(select: list[dict], where: dict, chinook_tables: dict) -> None:
+    plan = genre_tracks(select, where)
+    fixed, repairs = read_against_question(plan, "any question", chinook_tables)
+    assert fixed is plan and repairs == []

@@ -124,6 +124,16 @@ def test_a_list_of_one_tables_rows_carries_its_key_first(snapshot: SchemaSnapsho
     assert added == ["track_id"] and sql.startswith("SELECT t.TrackId AS track_id, t.Name FROM Track AS t")
 
 
+def test_a_list_of_the_joined_tables_rows_carries_its_key(snapshot: SchemaSnapshot, demo_config: Config) -> None:
+    # the tracks of one genre, planned from Genre: each track meets one genre, so the rows are tracks
+    track = {"type": "inner", "table": {"table": "Track", "alias": "t"},
+             "on": [{"left": col("g", "GenreId"), "right": col("t", "GenreId")}]}
+    where = {"kind": "compare", "op": "=", "left": col("g", "Name"), "right": {"kind": "literal", "value": "Opera"}}
+    sql, added = shaped(snapshot, demo_config, [col("t", "Name")], table="Genre", alias="g", joins=[track],
+                        where=where, rules=("key",))
+    assert added == ["track_id"] and sql.startswith("SELECT t.TrackId AS track_id, t.Name FROM Genre AS g")
+
+
 def test_a_grouped_plan_gets_no_key(snapshot: SchemaSnapshot, demo_config: Config) -> None:
     # "How many tracks does each genre have?" grouped by the genre's key reads by the genre's name
     genre = {"type": "inner", "table": {"table": "Genre", "alias": "g"},
