@@ -72,6 +72,7 @@ def run_hook_point(ctx: RunContext, state: RunState, point: str, sq: SubQuery | 
             return
     if "plan" in verdict.modified and sq is not None:
         sq.plan = verdict.context.plan  # the validator checks it next, against the caller's scope
+        sq.plan_hooked = True
     stop = verdict.stop
     if isinstance(stop, Deny):
         error = RunError(code="HOOK_DENIED", message=stop.reason, node=point, sub_query_id=sub_id)

@@ -69,6 +69,8 @@ class SubQuery:
     #: The codes of the result checks' findings sent to the refiner (each retries once), and the result the last one
     #: was found in (see `Flagged`).
     sanity_retried: set[str] = field(default_factory=set)
+    #: a plan.after hook changed the plan: what the hook wrote stands (no reading against the question undoes it)
+    plan_hooked: bool = False
     flagged: Flagged | None = None
     dropped: bool = False  # a hook denied it with scope sub_query; the run goes on without it
     approval: ApprovalRequest | None = None  # waiting for an approver at execute.before

@@ -342,8 +342,8 @@ def validate(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
                             node="validator")
     assert sq.plan is not None
     caller = scope(ctx.config.policies, state.roles, sq.datasource_id)
-    validated = validate_plan(sq.plan, live.snapshot, caller)
-    if sq.plan_source == "planner":  # a model's plan against what its question and its own labels say
+    validated = validate_plan(sq.plan, live.snapshot, caller, sq.question if sq.plan_source == "planner" else None)
+    if sq.plan_source == "planner" and not sq.plan_hooked:  # a model's plan against its question and labels
         read, readings = read_against_question(validated.plan, sq.question, {t.name: t for t in validated.tables})
         validated = replace(validated, plan=read, repairs=[*validated.repairs, *readings])
     for repair in validated.repairs:
@@ -409,12 +409,13 @@ def execute(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
 
 
 def check_result(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
-    """The result checks (`nl2sql.sanity`): each finding a warning; a VALUE_NOT_FOUND or JOIN_FAN_OUT that a
-    corrected plan may fix sends the sub-query to the refiner once (raised as that code), its result kept in case
+    """The result checks (`nl2sql.sanity`): each finding a warning; a VALUE_NOT_FOUND (with a likely value) or
+    JOIN_FAN_OUT that a corrected plan may fix sends the sub-query to the refiner once (raised as that code), its result kept in case
     no corrected plan runs. A check that fails reports nothing but a log line."""
     assert sq.result is not None
     findings = result_findings(ctx, state, sq)
-    retry = next((f for f in findings if f.code in RETRYABLE and _may_retry(ctx, state, sq, f.code)), None)
+    retry = next((f for f in findings if f.code in RETRYABLE and f.fixable and _may_retry(ctx, state, sq, f.code)),
+                 None)
     for code, count in Counter(f.code for f in findings).items():
         ctx.trace.publish("sanity.flagged", sub_query_id=sq.id, code=code, count=count,
                           retry=retry is not None and retry.code == code)
@@ -528,7 +529,7 @@ def refine(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
         return
     sq.tried_plans.add(key)
     sq.plan = refined
-    sq.plan_source = "planner"
+    sq.plan_source, sq.plan_hooked = "planner", False  # the model's again: read against its question
     sq.sql = None
     sq.error = None
 

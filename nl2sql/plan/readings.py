@@ -1,6 +1,6 @@
 """Where a model's validated plan contradicts what is written beside it, and only one reading is left.
 
-Three checks, applied to a model's plan (never to a verified query's, a cached one's or a gold plan), each fix
+Four checks, applied to a model's plan (never to a verified query's, a cached one's or a gold plan), each fix
 recorded as a repair the asker sees:
 
 - `QUESTION_RANGE`: the question names a range of positions ("the 11th to 20th longest tracks"), which has one
@@ -10,6 +10,10 @@ recorded as a repair the asker sees:
   (`Milliseconds`) by dividing by the factor of a third unit (1000: milliseconds to seconds) divides by the
   label's factor instead (60000). The label is the model's own reading of the question; the factor is the
   arithmetic it got wrong.
+- `LIMIT_NOT_ASKED`: a LIMIT of more than one row where the question names no number of rows ("Which genres
+  sell best in Germany?" with LIMIT 5) is dropped: the planner is told to use a LIMIT only when the question asks
+  for a number, and a cut the asker did not ask for hides rows that answer the question. A LIMIT 1 ("Which genre
+  sells best?") and a page with an OFFSET are left as written.
 - `SHOWN_COLUMN_FIXED`: a list whose every shown column its filter fixes to one value (`SELECT g.Name … WHERE
   g.Name = 'Bossa Nova'` over Genre g JOIN Track t) shows one value on every row. Where exactly one other table
   of the plan has a column of each such name, the list shows that table's column (`t.Name`): the model mixed up
@@ -37,6 +41,11 @@ _ORDINAL = r"(\d+)\s*(?:st|nd|rd|th)"
 #: "11th to 20th", "11th-20th", "11th through the 20th": a range of positions, both ends counted.
 RANGE = re.compile(rf"\b{_ORDINAL}\s*(?:to|through|thru|until|-|–)\s*(?:the\s+)?{_ORDINAL}\b", re.IGNORECASE)
 
+#: Words by which a question asks for a number of rows: a number, an ordinal, `top`, `first`, `a few`…
+COUNT_WORDS = re.compile(r"\b(?:\d+(?:st|nd|rd|th)?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|"
+                         r"fifteen|twenty|thirty|fifty|hundred|dozen|top|first|last|few|handful|couple|some|sample|"
+                         r"page|limit)\b", re.IGNORECASE)
+
 #: Units a label or a column name may carry, in their base unit (milliseconds for time, bytes for size); not
 #: `min` (a minimum as often as minutes).
 UNITS: dict[str, tuple[str, float]] = {
@@ -58,7 +67,8 @@ def read_against_question(plan: m.PlanModel, question: str,
     """The plan with its contradictions fixed (a copy where anything changed), and the repairs made. `tables`: the
     plan's tables by name, as validated (without them the shown columns are not checked)."""
     fixed = plan.model_copy(deep=True)
-    repairs = [*_question_range(fixed, question), *_unit_factors(fixed), *_fixed_shown_columns(fixed, tables or {})]
+    repairs = [*_question_range(fixed, question), *_unit_factors(fixed), *_fixed_shown_columns(fixed, tables or {}),
+               *_count_not_asked(fixed, question)]
     return (fixed, repairs) if repairs else (plan, [])
 
 
@@ -95,6 +105,15 @@ def _joined_on(plan: m.PlanModel, ref: m.ColumnRef, other: m.TableRef) -> bool:
     sides = {f"{(ref.table or '').lower()}.{ref.column.lower()}", f"{other.name_in_scope.lower()}.{ref.column.lower()}"}
     return any({f"{(k.left.table or '').lower()}.{k.left.column.lower()}",
                 f"{(k.right.table or '').lower()}.{k.right.column.lower()}"} == sides for j in plan.joins for k in j.on)
+
+
+def _count_not_asked(plan: m.PlanModel, question: str) -> list[PlanIssue]:
+    """Drop a LIMIT of more than one row that the question asks for nowhere (no number, ordinal or `top`)."""
+    if plan.limit is None or plan.limit <= 1 or plan.offset or COUNT_WORDS.search(question):
+        return []
+    written, plan.limit = plan.limit, None
+    return [PlanIssue("LIMIT_NOT_ASKED", f"LIMIT {written} dropped: the question asks for no number of rows, so "
+                      "every row that answers it is shown.", "plan.limit")]
 
 
 def _question_range(plan: m.PlanModel, question: str) -> list[PlanIssue]:

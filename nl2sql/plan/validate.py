@@ -242,23 +242,68 @@ class PlanValidator:
 
     # --- tables --------------------------------------------------------------------------------
 
-    def check_scope(self, plan: m.PlanModel) -> None:
+    def check_scope(self, plan: m.PlanModel, question: str | None = None) -> None:
         """Refuse (generically) a plan that reads a table outside what the caller may read.
 
         A table the caller may not read and a table that does not exist get the same answer, so a plan cannot tell
         one from the other. Only a slip on a readable table's name (`Tracks`, `customers`: close to one of them,
-        compared with readable names alone) is left to the name checks, which repair or report it.
+        compared with readable names alone) is left to the name checks, which repair or report it, and, for a
+        model's plan (`question` given), a join that only a column the readable table lacks ties to it
+        (`_drop_invented_join`).
         """
         if not self.scope.reachable:
             raise SecurityViolation(datasource=self.scope.datasource, node="validator")
         readable = [t.name for t in self.allowed]
-        for sub in iter_plans(plan):
+        for index, sub in enumerate(iter_plans(plan)):
+            if question is not None:
+                self._drop_invented_joins(sub, question, "plan" if index == 0 else f"plan (sub-plan {index})")
             for ref in sub.tables():
                 info = self.snapshot.table(ref.table)
                 if info is not None and info in self.allowed:
                     continue
                 if info is not None or did_you_mean(ref.table, readable) is None:
                     raise SecurityViolation(datasource=self.scope.datasource, node="validator")
+
+    def _drop_invented_joins(self, sub: m.PlanModel, question: str, path: str) -> None:
+        """Drop a join the model invented: a table outside what the caller may read (whether it exists or not: the
+        answer is the same), joined on a column that the readable table on the other side does not have
+        (`Customer T1 JOIN Address T2 ON T1.AddressId = T2.AddressId`), every other column read through it a
+        column of that readable table (`T2.Country`), and a table the question does not name. Its columns are read
+        from the readable table (`INVENTED_JOIN`); any other table outside the caller's reach is refused as ever.
+        """
+        words = set(re.findall(r"[a-z]+", question.lower()))
+        for j, join in reversed(list(enumerate(sub.joins))):
+            info = self.snapshot.table(join.table.table)
+            if (info is not None and info in self.allowed) or len(join.on) != 1 \
+                    or did_you_mean(join.table.table, [t.name for t in self.allowed]) is not None \
+                    or _name_forms(join.table.table) & words:
+                continue
+            invented = join.table.name_in_scope.lower()
+            key = join.on[0]
+            ours, theirs = (key.left, key.right) if (key.right.table or "").lower() == invented else (key.right, key.left)
+            if (theirs.table or "").lower() != invented or ours.table is None:
+                continue
+            holder = self._readable_in(sub, ours.table)
+            if holder is None or holder[1].column(ours.column) is not None:
+                continue
+            refs = [n for n in _columns_outside(sub, join) if (n.table or "").lower() == invented]
+            if not all(holder[1].column(r.column) is not None for r in refs):
+                continue
+            for r in refs:
+                r.table = holder[0]
+            del sub.joins[j]
+            read = ", ".join(dict.fromkeys(r.column for r in refs)) or "nothing"
+            self.repairs.append(PlanIssue("INVENTED_JOIN", f"The join on {ours.table}.{ours.column}, a column "
+                                          f"{holder[1].name} does not have, was dropped; {read} read from "
+                                          f"{holder[1].name}.", f"{path}.joins[{j}]"))
+
+    def _readable_in(self, sub: m.PlanModel, alias: str) -> tuple[str, TableInfo] | None:
+        """The name in scope and the table of the plan's table under `alias`, when the caller may read it."""
+        for ref in [sub.from_, *(j.table for j in sub.joins)]:
+            if ref.name_in_scope.lower() == alias.lower():
+                info = self.snapshot.table(ref.table)
+                return (ref.name_in_scope, info) if info is not None and info in self.allowed else None
+        return None
 
     def resolve_table(self, ref: m.TableRef, path: str) -> TableInfo | None:
         """The table a reference names (its name set to the reflected case), or None with an issue."""
@@ -799,20 +844,37 @@ def _free_alias(name: str, frame: VisibleNames) -> str:
     return alias
 
 
+def _name_forms(table: str) -> set[str]:
+    """How a question may write a table's name as a word: `Address`, `addresses`, `Customers` → `customer`."""
+    name = table.lower()
+    return {name, f"{name}s", f"{name}es", name.removesuffix("s"), name.removesuffix("es")}
+
+
+def _columns_outside(sub: m.Node, skip: m.Join) -> Iterator[m.ColumnRef]:
+    """The plan's column references outside the join `skip`'s condition, in field order, not entering sub-plans."""
+    for child in children(sub):
+        if isinstance(child, m.ColumnRef):
+            yield child
+        elif child is not skip and not isinstance(child, m.PlanModel):
+            yield from _columns_outside(child, skip)
+
+
 def _keyed_by(info: TableInfo, alias: str, grouped: set[tuple[str, str]]) -> bool:
     """Whether the grouped columns hold the whole primary key of the table read under `alias`."""
     return bool(info.primary_key) and all((alias, c.lower()) in grouped for c in info.primary_key)
 
 
-def validate_plan(plan: m.PlanModel, snapshot: SchemaSnapshot, scope: Scope) -> ValidatedPlan:
+def validate_plan(plan: m.PlanModel, snapshot: SchemaSnapshot, scope: Scope,
+                  question: str | None = None) -> ValidatedPlan:
     """Check a plan against the snapshot and the caller's scope; the resolved plan, or an error.
 
     Raises SecurityViolation (generic sentence, no names) when the plan reads a table out of scope,
-    and PlanValidationError listing every other problem.
+    and PlanValidationError listing every other problem. `question`: a model's plan's question (a join it
+    invented may then be dropped, `INVENTED_JOIN`).
     """
     resolved = plan.model_copy(deep=True)
     validator = PlanValidator(snapshot, scope)
-    validator.check_scope(resolved)
+    validator.check_scope(resolved, question)
     validator.plan(resolved, "plan")
     if validator.issues:
         raise PlanValidationError(validator.issues)

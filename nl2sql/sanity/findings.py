@@ -22,3 +22,5 @@ class Finding:
     code: str
     message: str
     detail: dict[str, Any] = field(default_factory=dict)
+    #: whether a corrected plan may fix it (a RETRYABLE code's finding that names no likely fix is only reported)
+    fixable: bool = True

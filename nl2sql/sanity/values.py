@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import difflib
+import re
+import unicodedata
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -104,6 +106,34 @@ def closest_values(literal: str, values: list[str], n: int = MAX_CLOSEST) -> lis
     return [by_lower[key] for key in dict.fromkeys([*same, *ranked, *overlapping])][:n]
 
 
+#: How alike a stored value and a literal must be to read as the same words misspelt ('Brasil', 'Brazil': 0.83).
+SPELLING_SIMILARITY = 0.8
+
+
+def spelt_alike(literal: str, value: str) -> bool:
+    """Whether a stored value reads as the literal written differently: the same letters and digits but for case,
+    accents and punctuation, one containing the other as whole words, or a slip of a letter or two.
+
+    >>> [spelt_alike("brasil", v) for v in ("Brazil", "Alternative & Punk", "Austria")]
+    [True, False, False]
+    >>> spelt_alike("Narnia", "Argentina"), spelt_alike("heavy metal", "Metal")
+    (False, True)
+    """
+    a, b = _letters(literal), _letters(value)
+    if not a or not b:
+        return False
+    if a == b or (min(len(a), len(b)) >= 3 and (f" {a} " in f" {b} " or f" {b} " in f" {a} ")):
+        return True
+    return min(difflib.SequenceMatcher(None, a, b).ratio(), difflib.SequenceMatcher(None, b, a).ratio()) \
+        >= SPELLING_SIMILARITY
+
+
+def _letters(text: str) -> str:
+    """Lower-case words of letters and digits, accents dropped: `Alternative & Punk` → `alternative punk`."""
+    plain = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode().lower()
+    return " ".join(re.findall(r"[a-z0-9]+", plain))
+
+
 def _column(name: str) -> exp.Column:
     return exp.column(exp.to_identifier(name, quoted=True))
 
@@ -124,7 +154,9 @@ def distinct_probe(item: LiteralFilter) -> exp.Select:
 def check_values(filters: list[LiteralFilter], *, samples: Callable[[LiteralFilter], list[str]],
                  probe: Probe) -> list[Finding]:
     """VALUE_NOT_FOUND for each filter literal the column holds nowhere: looked up among the column's profiled
-    values, then probed; the finding names the closest stored values."""
+    values, then probed; the finding names the closest stored values, and is fixable only when one of them reads
+    as the literal spelt differently (`Brasil`: `Brazil`). A value no stored one resembles (`Narnia`) is not
+    replaced by a near neighbour: the empty answer is the answer."""
     findings = []
     for item in filters:
         profiled = samples(item)
@@ -134,5 +166,6 @@ def check_values(filters: list[LiteralFilter], *, samples: Callable[[LiteralFilt
         closest = closest_values(item.literal, [*profiled, *stored])
         hint = f"closest: {', '.join(repr(v) for v in closest)}" if closest else "no stored value is close"
         findings.append(Finding("VALUE_NOT_FOUND", f"{item.literal!r} is not a {item.name}; {hint}.",
-                                {"table": item.table.name, "column": item.column, "closest": closest}))
+                                {"table": item.table.name, "column": item.column, "closest": closest},
+                                fixable=any(spelt_alike(item.literal, value) for value in closest)))
     return findings

@@ -691,6 +691,32 @@ def test_a_models_page_unit_and_group_labels_are_read_against_the_question(proje
     assert [w.detail["repair"] for w in result.warnings if w.code == "PLAN_REPAIRED"] == ["SHOWN_COLUMN_FIXED"]
 
 
+def test_a_join_the_model_invented_is_dropped_and_a_value_nothing_resembles_stays_unanswered(
+        project: Config, model: ModelScript) -> None:
+    # a small model trained on other schemas links customers to an Address table this database does not have
+    # (worded unlike the demo's verified query about customers by country, which would answer without a model)
+    brazil, narnia = "Whose home is in Brazil, among our clients?", "Whose home is in Narnia, among our clients?"
+    invented = ("SELECT T1.FirstName, T1.LastName FROM Customer AS T1 INNER JOIN Address AS T2 "
+                "ON T1.AddressId = T2.AddressId WHERE T2.Country = '{}'")
+    answer_sql(model, "planner", {brazil: invented.format("Brazil"), narnia: invented.format("Narnia")})
+    result = ask(project, brazil, "analyst", settings=SQL_FORMAT)
+    assert result.status == "success", result.errors
+    sq = result.sub_queries[0]
+    assert "Address" not in sq.sql and sq.total_rows == 5
+    assert sq.source == "planner" and sq.columns == ["customer_id", "FirstName", "LastName"]
+    assert sorted(row[-1] for row in sq.rows) == ["Almeida", "Gonçalves", "Martins", "Ramos", "Rocha"]
+    assert [w.detail["repair"] for w in result.warnings if w.code == "PLAN_REPAIRED"] == ["INVENTED_JOIN"]
+    # no customer lives in Narnia, and no country on record is Narnia misspelt: the empty answer is the answer
+    result = ask(project, narnia, "analyst", settings=SQL_FORMAT)
+    assert result.status == "success", result.errors
+    assert result.sub_queries[0].total_rows == 0 and "'Narnia'" in result.sub_queries[0].sql
+    assert model.fake.calls("RefinedPlan") == 0 and "VALUE_NOT_FOUND" in [w.code for w in result.warnings]
+    # the viewer may not read customers: still no answer (nothing the viewer may read is about clients' homes)
+    result = ask(project, brazil, "viewer", settings=SQL_FORMAT)
+    assert result.status == "error" and [e.code for e in result.errors] == ["QUESTION_NOT_ANSWERABLE"]
+    assert not any(sq.rows for sq in result.sub_queries)
+
+
 def asked_tables(body: dict) -> str:
     """The user message that shows the planner its tables."""
     return next(m["content"] for m in body["messages"] if m["role"] == "user")

@@ -63,7 +63,7 @@ LINE_REVENUE = {
     "group_by": [column("i", "BillingCountry")],
     "order_by": [{"expr": column("i", "BillingCountry"), "direction": "asc"}]}
 
-UNKNOWN_COMPOSERS = "Which tracks have no composer on record?"
+UNKNOWN_COMPOSERS = "Which five tracks have no composer on record?"
 NO_COMPOSER = {
     "select": [{"expr": column("t", "Name"), "alias": "track"}, {"expr": column("t", "Composer"), "alias": "composer"}],
     "from": {"table": "Track", "alias": "t"},
@@ -120,6 +120,28 @@ def test_a_value_the_column_does_not_hold_is_found_and_corrected_in_one_retry(pr
     assert flagged == [{"sub_query_id": "sq1", "code": "VALUE_NOT_FOUND", "count": 1, "retry": True}]
     steps_run = [e.data["node"] for e in events if e.name == "node.finished"]
     assert steps_run.count("sanity") == 2 and steps_run.count("refiner") == 1
+
+
+def test_a_value_no_stored_one_resembles_is_reported_not_replaced_by_a_neighbour(project: Config,
+                                                                                  model: ModelScript) -> None:
+    # "Narnia" is no country on record, and no country is it misspelt: the empty answer is the answer, and the
+    # refiner is never invited to swap in the nearest stored value
+    question = "Which customers live in Narnia?"
+    model.plan(question, {"select": [{"expr": column("c", "FirstName"), "alias": "first_name"}],
+                          "from": {"table": "Customer", "alias": "c"},
+                          "where": {"kind": "compare", "op": "=", "left": column("c", "Country"),
+                                    "right": {"kind": "literal", "value": "Narnia"}}})
+    events: list[Event] = []
+    result = ask(project, question, "analyst", events)
+    assert result.status == "success", result.errors
+    [sq] = result.sub_queries
+    assert sq.total_rows == 0 and "'Narnia'" in sq.sql and sq.attempts == 0
+    assert model.fake.calls("RefinedPlan") == 0
+    [warning] = [w for w in result.warnings if w.code == "VALUE_NOT_FOUND"]
+    assert warning.message.startswith("'Narnia' is not a Customer.Country")
+    assert "recovered" not in warning.detail and "retry_failed" not in warning.detail
+    flagged = [e.data for e in events if e.name == "sanity.flagged"]
+    assert flagged == [{"sub_query_id": "sq1", "code": "VALUE_NOT_FOUND", "count": 1, "retry": False}]
 
 
 def test_when_no_corrected_plan_runs_the_first_result_stands_with_its_warning(project: Config,

@@ -47,6 +47,26 @@ def test_anything_else_is_left_as_written(question: str, limit: int | None, offs
     assert fixed is plan and repairs == []
 
 
+@pytest.mark.parametrize("question", ["Which genres sell best in Germany?", "What are the longest tracks?"])
+def test_a_limit_the_question_asks_for_nowhere_is_dropped(question: str) -> None:
+    fixed, repairs = read_against_question(page(5, None), question)
+    assert fixed.limit is None and [r.code for r in repairs] == ["LIMIT_NOT_ASKED"]
+    assert repairs[0].message.startswith("LIMIT 5 dropped")
+
+
+@pytest.mark.parametrize(("question", "limit", "offset"), [
+    ("Which are the five longest tracks?", 5, None),  # a number
+    ("Which are the 5 longest tracks?", 10, None),  # a number, even another one: the model's to answer
+    ("Who are the top customers by spend?", 10, None),  # `top` asks for a cut
+    ("Which genre sells best in Germany?", 1, None),  # one row: the question's singular
+    ("Which tracks are longest?", 10, 20),  # a page
+])
+def test_a_limit_the_question_asks_for_stays(question: str, limit: int, offset: int | None) -> None:
+    plan = page(limit, offset)
+    fixed, repairs = read_against_question(plan, question)
+    assert fixed is plan and repairs == []
+
+
 def divided(alias: str, column: str, factor: float, aggregate: str | None = None) -> PlanModel:
     value: dict = col("t", column)
     if aggregate:

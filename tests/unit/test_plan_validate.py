@@ -768,3 +768,67 @@ def test_a_label_naming_a_table_without_the_column_changes_nothing(snapshot: Sch
                 joins=[join("Track", "T2", key(col("T1", "GenreId"), col("T2", "GenreId")))])
     data["select"][0]["alias"] = "genre"  # Genre has no Milliseconds
     assert not check(data, snapshot, scopes["analyst"]).repairs
+
+
+BRAZIL = "Which customers live in Brazil?"
+
+
+def invented_address(on: dict) -> dict:
+    """Customers joined to an Address table the model made up, filtered on its Country."""
+    return plan(col("c", "FirstName"), col("a", "City"), table="Customer", alias="c",
+                joins=[join("Address", "a", on)], where=cmp(col("a", "Country"), "=", lit("Brazil")))
+
+
+def test_a_join_to_an_invented_table_on_a_column_the_readable_table_lacks_is_dropped(
+        snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
+    data = invented_address(key(col("c", "AddressId"), col("a", "AddressId")))
+    validated = validate_plan(PlanModel.model_validate(data), snapshot, scopes["analyst"], BRAZIL)
+    [repair] = validated.repairs
+    assert repair.code == "INVENTED_JOIN"  # the message names its alias, never the table the model wrote
+    assert repair.message == ("The join on c.AddressId, a column Customer does not have, was dropped; City, "
+                              "Country read from Customer.")
+    assert generate_sql(validated.plan, "sqlite") == ("SELECT c.FirstName, c.City FROM Customer AS c "
+                                                      "WHERE c.Country = 'Brazil'")
+    # without the question (a verified, cached or gold plan) nothing is dropped: refused as ever
+    with pytest.raises(SecurityViolation):
+        validate_plan(PlanModel.model_validate(data), snapshot, scopes["analyst"])
+
+
+@pytest.mark.parametrize(("case", "data", "role", "question"), [
+    # joined on a key the readable table has: the model reached for another table, it did not invent a link
+    ("real key", invented_address(key(col("c", "CustomerId"), col("a", "CustomerId"))), "analyst", BRAZIL),
+    # the question names the table
+    ("named", invented_address(key(col("c", "AddressId"), col("a", "AddressId"))), "analyst",
+     "Which customers have an address in Brazil?"),
+    # a column read through it that the readable table lacks
+    ("own column", plan(col("a", "Street"), table="Customer", alias="c",
+                        joins=[join("Address", "a", key(col("c", "AddressId"), col("a", "AddressId")))]),
+     "analyst", BRAZIL),
+    # a table outside the viewer's reach on a key the readable table has: refused, not read from Track
+    ("hidden", plan(agg("sum", col("il", "UnitPrice")), table="Track", alias="t",
+                    joins=[join("InvoiceLine", "il", key(col("t", "TrackId"), col("il", "TrackId")))]),
+     "viewer", "Which tracks sell best?"),
+    # an existing table the viewer may not read, on a column Track lacks: the same answer as an invented one
+    # would get, so whether Invoice exists is not told; here it is named by the question, so refused
+    ("hidden and named", plan(col("t", "Name"), table="Track", alias="t",
+                              joins=[join("Invoice", "i", key(col("t", "InvoiceId"), col("i", "InvoiceId")))]),
+     "viewer", "Which tracks are on an invoice?"),
+])
+def test_a_join_that_was_not_invented_is_refused_as_ever(case: str, data: dict, role: str, question: str,
+                                                        snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
+    with pytest.raises(SecurityViolation):
+        validate_plan(PlanModel.model_validate(data), snapshot, scopes[role], question)
+
+
+def test_an_invented_join_gets_the_same_answer_whether_the_table_exists_or_not(
+        snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
+    # Invoice exists but the viewer may not read it; Nowhere does not exist: both are dropped alike
+    def listing(table: str) -> dict:
+        return plan(col("t", "Name"), table="Track", alias="t",
+                    joins=[join(table, "x", key(col("t", "SaleId"), col("x", "SaleId")))],
+                    where=cmp(col("x", "Composer"), "=", lit("AC/DC")))
+    question = "Which tracks did AC/DC write?"
+    hidden, missing = (validate_plan(PlanModel.model_validate(listing(t)), snapshot, scopes["viewer"], question)
+                       for t in ("Invoice", "Nowhere"))
+    assert hidden.repairs == missing.repairs and hidden.plan == missing.plan
+    assert generate_sql(hidden.plan, "sqlite") == "SELECT t.Name FROM Track AS t WHERE t.Composer = 'AC/DC'"

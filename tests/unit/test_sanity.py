@@ -16,7 +16,7 @@ from nl2sql.sanity import (
     literal_filters,
     repeated_aliases,
 )
-from nl2sql.sanity.values import plan_tables
+from nl2sql.sanity.values import LiteralFilter, plan_tables, spelt_alike
 
 
 def table(name: str, key: list[str], *columns: tuple[str, str]) -> TableInfo:
@@ -143,6 +143,27 @@ def test_the_value_check_reads_equality_and_in_filters_on_text_columns() -> None
 ])
 def test_closest_values(literal: str, values: list[str], closest: list[str]) -> None:
     assert closest_values(literal, values) == closest
+
+
+@pytest.mark.parametrize(("literal", "value", "alike"), [
+    ("Brasil", "Brazil", True),                    # a letter slipped
+    ("alternative punk", "Alternative & Punk", True),  # punctuation
+    ("Sao Paulo", "São Paulo", True),              # accents
+    ("heavy metal", "Metal", True),                # whole words of it
+    ("Narnia", "Austria", False),                  # merely near
+    ("Narnia", "Argentina", False),
+    ("met", "Metallica", False),                   # a part of a word is not a word
+])
+def test_a_stored_value_reads_as_the_literal_spelt_differently(literal: str, value: str, alike: bool) -> None:
+    assert spelt_alike(literal, value) is alike
+
+
+def test_a_missing_value_is_fixable_only_when_a_stored_one_reads_as_it() -> None:
+    filters = [LiteralFilter(TABLES["Customer"], "Country", literal) for literal in ("Brasil", "Narnia")]
+    stored = [("Brazil",), ("Austria",), ("Argentina",)]
+    found = check_values(filters, samples=lambda item: [], probe=lambda sql, limit: [] if limit == 1 else stored)
+    assert [f.fixable for f in found] == [True, False]
+    assert found[0].detail["closest"][0] == "Brazil" and "Brazil" not in found[1].detail["closest"]
 
 
 def test_all_null_columns_of_a_result_with_rows() -> None:
