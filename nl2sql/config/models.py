@@ -396,6 +396,8 @@ class ProfileSettings(Strict):
     sample_rows: int = Field(default=100_000, ge=100)
     max_sample_values: int = Field(default=20, ge=0)
     low_cardinality: int = Field(default=50, ge=0)
+    infer_keys: bool = Field(default=True, description="Infer the keys and references of tables that declare none "
+                             "from names and a sample of values (nl2sql.schema.inferred_keys; docs/index.md).")
 
 
 #: What the engine adds to a model's plan (nl2sql.plan.shape).

@@ -26,6 +26,16 @@ class ForeignKey(BaseModel):
     ref_table: str
     ref_columns: list[str]
     ref_schema: str | None = None
+    confidence: float | None = Field(
+        default=None, description="None for a key the database declares; for one inferred from names and data "
+        "(nl2sql.schema.inferred_keys), the share of the column's sampled values found in the key.")
+
+
+class InferredKeys(BaseModel):
+    """Keys a database does not declare, inferred at build time, by qualified table name."""
+
+    primary_keys: dict[str, list[str]] = Field(default_factory=dict)
+    foreign_keys: dict[str, list[ForeignKey]] = Field(default_factory=dict)
 
 
 class TableInfo(BaseModel):
@@ -60,6 +70,9 @@ class SchemaSnapshot(BaseModel):
     dialect: str
     default_schema: str | None = None
     tables: list[TableInfo]
+    inferred_keys: InferredKeys | None = Field(
+        default=None, description="Keys inferred where the database declares none (kept apart from the declared "
+        "ones: the fingerprint and the drift check compare only what the database says).")
 
     def table(self, name: str, schema: str | None = None) -> TableInfo | None:
         """The table with this name (exact first, then case-insensitive), optionally in `schema`."""

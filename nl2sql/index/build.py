@@ -1,4 +1,4 @@
-"""Building one datasource's index: reflect → profile → entries → embed → commit (FAISS, live pointer, snapshot
+"""Building one datasource's index: reflect → profile → relate (inferred keys) → entries → embed → commit (FAISS, live pointer, snapshot
 and diff).
 
 The stages are declared once (`BUILD`) and driven by one function (`build_datasource`): in place, one after
@@ -13,19 +13,21 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from nl2sql.config.models import ProfileSettings
 from nl2sql.datasources.base import Adapter
-from nl2sql.datasources.models import ColumnProfile, SchemaSnapshot
+from nl2sql.datasources.models import ColumnProfile, InferredKeys, SchemaSnapshot, TableInfo
 from nl2sql.errors import NL2SQLError
 from nl2sql.index.chunks import ENTRY_FORMAT, Entry, build_entries, qualified
 from nl2sql.index.embed import Embedder
 from nl2sql.index.store import StateStore
 from nl2sql.index.vectors import build_index, recall_at_k, write_index
+from nl2sql.schema.inferred_keys import infer_keys, with_inferred_keys
 from nl2sql.schema.snapshot import SchemaDiff, diff_snapshots, fingerprint, table_fingerprints
 from nl2sql.verified.models import VerifiedQuery
 
@@ -116,11 +118,32 @@ def profile_tables(adapter: Adapter, plan: BuildPlan, settings: ProfileSettings,
     return profiles
 
 
+def relate_tables(adapter: Adapter, plan: BuildPlan, settings: ProfileSettings) -> BuildPlan:
+    """The plan with the keys its database does not declare, inferred from names and a bounded sample of values
+    (`nl2sql.schema.inferred_keys`; none with `profile.infer_keys` off); the live build's when no table changed. A column that cannot be sampled
+    is only left without an inferred key."""
+    previous = plan.previous
+    if not settings.infer_keys:
+        inferred = InferredKeys()
+    elif previous is not None and previous.inferred_keys is not None and not plan.changed_tables:
+        inferred = previous.inferred_keys
+    else:
+        def sample(table: TableInfo, columns: Sequence[str], rows: int) -> pd.DataFrame:
+            try:
+                return adapter.sample_columns(table, columns, sample_rows=rows)
+            except Exception:  # one column's sample must not sink the build
+                return pd.DataFrame({c: [] for c in columns}, dtype=object)
+        inferred = infer_keys(plan.snapshot, sample, sample_rows=settings.sample_rows)
+    return replace(plan, snapshot=plan.snapshot.model_copy(update={"inferred_keys": inferred}))
+
+
 def make_entries(plan: BuildPlan, profiles: Sequence[ColumnProfile], *, sample_questions: Sequence[str] = (),
                  verified: Sequence[VerifiedQuery] = (), description: str = "") -> list[Entry]:
-    """Entries of the changed tables, the reused ones, and the datasource-level ones, in schema order."""
+    """Entries of the changed tables, the reused ones, and the datasource-level ones, in schema order (inferred
+    keys read as declared ones: a keyless table's entries say what it belongs to)."""
     changed = set(plan.changed_tables)
-    partial = plan.snapshot.model_copy(update={"tables": [t for t in plan.snapshot.tables if qualified(t) in changed]})
+    keyed = with_inferred_keys(plan.snapshot)
+    partial = keyed.model_copy(update={"tables": [t for t in keyed.tables if qualified(t) in changed]})
     fresh = build_entries(partial, profiles, sample_questions=sample_questions, verified=verified,
                           description=description)
     order = {qualified(t): i for i, t in enumerate(plan.snapshot.tables)}
@@ -161,11 +184,21 @@ def commit_index(store: StateStore, build_id: str, plan: BuildPlan, entries: Seq
     write_index(index, store.index_path(plan.snapshot.datasource_id, build_id))
     store.write_entries(build_id, entries)
     stats = {"counts": dict(Counter(e.kind for e in entries)), "recall_at_20": recall,
-             "changed_tables": len(plan.changed_tables), "entry_format": ENTRY_FORMAT}
+             "changed_tables": len(plan.changed_tables), "entry_format": ENTRY_FORMAT,
+             "inferred_keys": _inferred_counts(plan.snapshot)}
     replaced = store.commit_build(build_id, snapshot=plan.snapshot, fingerprint=plan.fingerprint,
                                   diff=plan.diff, index_kind=kind,
                                   entry_count=len(entries), stats=stats, keep=keep)
     return replaced, kind, recall
+
+
+def _inferred_counts(snapshot: SchemaSnapshot) -> dict[str, int]:
+    """How many keys and references the build inferred."""
+    inferred = snapshot.inferred_keys
+    if inferred is None:
+        return {"primary_keys": 0, "references": 0}
+    return {"primary_keys": len(inferred.primary_keys),
+            "references": sum(len(refs) for refs in inferred.foreign_keys.values())}
 
 
 @dataclass(frozen=True)
@@ -181,6 +214,7 @@ class Stage:
 BUILD = (
     Stage("reflect", plan_build, retries=1),
     Stage("profile", profile_tables),
+    Stage("relate", relate_tables),
     Stage("entries", make_entries),
     Stage("embed", embed_entries),
     Stage("commit", commit_index),
@@ -234,6 +268,7 @@ def build_datasource(adapter: Adapter, store: StateStore, embedder: Embedder, *,
         raise
     try:
         profiles = stage("profile", adapter, plan, profile, progress, column_failed)
+        plan = stage("relate", adapter, plan, profile)
         entries = stage("entries", plan, profiles, sample_questions=sample_questions, verified=verified,
                         description=description)
         build_id = store.begin_build(datasource_id, embedder.model_id)  # invisible until it commits

@@ -52,6 +52,7 @@ from nl2sql.index.embed import Embedder
 from nl2sql.index.store import StateStore
 from nl2sql.index.vectors import flat_index, read_index, similarities_of
 from nl2sql.plan.join_keys import category, dtype_of
+from nl2sql.schema.inferred_keys import with_inferred_keys
 
 log = logging.getLogger(__name__)
 
@@ -530,6 +531,7 @@ class RetrievedColumn:
     references: str | None = None
     samples: list[str] = field(default_factory=list)
     score: float = 0.0
+    likely: bool = False  # the reference is inferred from names and data, not declared by the database
 
 
 @dataclass
@@ -602,8 +604,11 @@ class RetrievedSchema:
             body = []
             for i, (line, column) in enumerate(lines):
                 line += "," if i < len(lines) - 1 else ""
+                notes = ["likely key (inferred, not declared)"] if column is not None and column.likely else []
                 if column is not None and column.samples:
-                    line += "  -- e.g. " + ", ".join(repr(v) for v in column.samples[:6])
+                    notes.append("e.g. " + ", ".join(repr(v) for v in column.samples[:6]))
+                if notes:
+                    line += "  -- " + "; ".join(notes)
                 body.append(line)
             more = (f"  -- and {table.total_columns - len(table.columns)} more columns\n"
                     if len(table.columns) < table.total_columns else "")
@@ -621,7 +626,7 @@ class RetrievedSchema:
                 if c.primary_key:
                     bits.append("PK")
                 if c.references:
-                    bits.append(f"→ {c.references}")
+                    bits.append(f"→ {c.references}" + (" (likely)" if c.likely else ""))
                 if c.samples:
                     bits.append("e.g. " + ", ".join(repr(s) for s in c.samples[:6]))
                 cols.append(f"  {c.name} ({'; '.join(bits)})")
@@ -651,6 +656,8 @@ class Retriever:
             if cached is None or cached.build_id != info.build_id:
                 index = read_index(self.store.index_path(datasource_id, info.build_id), mapped=True)
                 snapshot = self.store.snapshot(datasource_id, info.fingerprint) if info.fingerprint else None
+                # keys the database does not declare, inferred at build time, read like declared ones from here on
+                snapshot = with_inferred_keys(snapshot) if snapshot is not None else None
                 cached = LiveIndex(info.build_id, self.store.entries(info.build_id), index, snapshot)
                 self._live[datasource_id] = cached
                 if info.model_id and info.model_id != self.embedder.model_id:
@@ -743,9 +750,11 @@ class Retriever:
 
 
 def _foreign_key_lines(sent: list[str], tables: dict[str, TableInfo]) -> list[str]:
-    """The foreign keys between the tables sent, as `Track.GenreId → Genre.GenreId`."""
+    """The foreign keys between the tables sent, as `Track.GenreId → Genre.GenreId` (an inferred one marked
+    `(likely)`)."""
     among = set(sent)
     return [f"{t}.{','.join(fk.columns)} → {fk.ref_table}.{','.join(fk.ref_columns)}"
+            + (" (likely)" if fk.confidence is not None else "")
             for t in sent for fk in tables[t].foreign_keys if _target(fk) in among]
 
 
@@ -802,11 +811,12 @@ def _columns(table: TableInfo, facts: SchemaFacts, cues: Cues, picks: set[tuple[
 def _retrieved(table: TableInfo, score: float, picked: set[str], column_sims: dict[tuple[str, str], float],
                allows: Allows, facts: SchemaFacts, reason: str) -> RetrievedTable:
     name = qualified(table)
-    refs = {c: f"{fk.ref_table}.{fk.ref_columns[i]}" for fk in table.foreign_keys
-            for i, c in enumerate(fk.columns) if allows(_target(fk))}
+    readable = [fk for fk in table.foreign_keys if allows(_target(fk))]
+    refs = {c: f"{fk.ref_table}.{fk.ref_columns[i]}" for fk in readable for i, c in enumerate(fk.columns)}
+    likely = {c for fk in readable if fk.confidence is not None for c in fk.columns}
     columns = [RetrievedColumn(name=c.name, type=c.type, nullable=c.nullable, primary_key=c.primary_key,
                                references=refs.get(c.name), samples=list(facts.samples.get((name, c.name), []))[:8],
-                               score=column_sims.get((name, c.name), 0.0))
+                               score=column_sims.get((name, c.name), 0.0), likely=c.name in likely)
                for c in table.columns if c.name in picked]
     return RetrievedTable(name=name, score=score, columns=columns, total_columns=len(table.columns),
                           row_count=table.row_count, reason=reason)

@@ -43,7 +43,7 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path, capsys: pytest.Cap
     assert wide["schema"]["tables"] == 40 and 8 <= wide["schema"]["min_columns"] <= wide["schema"]["max_columns"] <= 20
     for build in ("sqlite_full", "sqlite_full_warm", "sqlite_unchanged", "sqlite_incremental"):
         figures = wide[build]
-        assert set(figures["stages_s"]) == {"reflect", "profile", "entries", "embed", "commit"}
+        assert set(figures["stages_s"]) == {"reflect", "profile", "relate", "entries", "embed", "commit"}
         assert figures["entries"] > 0 and figures["index_kind"] in ("flat", "hnsw")
     full, incremental = wide["sqlite_full"], wide["sqlite_incremental"]
     assert full["embedded"] == full["entries"] and full["cached"] == 0  # a fresh cache

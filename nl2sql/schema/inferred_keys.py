@@ -1,0 +1,162 @@
+"""Join keys a database does not declare, inferred from names and data.
+
+Many databases declare no primary or foreign keys: without them retrieval never adds the column a join
+needs, and the planner guesses how tables meet. For each table that declares none, the likely keys are read
+from what the tables hold:
+
+- a table's likely key: a column named `id`, `<table>id` or `<table>_id` (the table's name singular or plural)
+  whose sampled values are all present and all distinct;
+- a column's likely reference: the same name as another table's key (`Track.AlbumId` and `Album.AlbumId`), or
+  `<table>_id` / `<table>id` naming a table whose key is `id`; of a type the key's can be compared with; and
+  whose sampled values are contained in the key's (at least `MIN_CONTAINMENT` of them).
+
+Each inferred reference carries a confidence (the share of its values found in the key) and is kept beside
+the declared ones (`SchemaSnapshot.inferred_keys`), never mixed into them: a database's own keys stay what the
+drift check and the fingerprint compare. `with_inferred_keys` gives the view retrieval, the prompts and the
+validator read, where each inferred reference is a `ForeignKey` with its `confidence`.
+
+>>> likely_key_names("Album")
+['id', 'albumid', 'albumsid']
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+import pandas as pd
+
+from nl2sql.datasources.models import ForeignKey, InferredKeys, SchemaSnapshot, TableInfo
+from nl2sql.plan.join_keys import coercible, dtype_of
+
+#: (table, columns, sample_rows) → at most `sample_rows` rows of those columns (Adapter.sample_columns).
+SampleColumns = Callable[[TableInfo, Sequence[str], int], pd.DataFrame]
+
+#: The share of a column's distinct sampled values that must be among the key's for a reference to be kept.
+MIN_CONTAINMENT = 0.98
+#: The most rows read of a table to check a key or a reference.
+SAMPLE_ROWS = 100_000
+
+
+def _norm(name: str) -> str:
+    """A name as compared: lower case, without underscores, spaces or dashes (`Album_Id` → `albumid`)."""
+    return re.sub(r"[\s_\-]", "", name.lower())
+
+
+def _forms(table: str) -> list[str]:
+    """A table's name singular and plural (`Albums` → `albums`, `album`; `Genre` → `genre`, `genres`)."""
+    name = _norm(table)
+    if name.endswith("ies"):
+        return [name, name[:-3] + "y"]
+    if name.endswith("s"):
+        return [name, name[:-1]]
+    return [name, name + ("es" if name.endswith(("x", "ch", "sh")) else "s")]
+
+
+def likely_key_names(table: str) -> list[str]:
+    """The normalized names a table's own key may have: `id`, `<table>id`."""
+    return ["id", *(f"{form}id" for form in _forms(table))]
+
+
+def infer_keys(snapshot: SchemaSnapshot, sample: SampleColumns, *, sample_rows: int = SAMPLE_ROWS) -> InferredKeys:
+    """The likely keys of the tables that declare none, and the likely references of their columns."""
+    tables = {_qualified(t): t for t in snapshot.tables if t.kind == "table"}
+    frames: dict[tuple[str, str], pd.Series] = {}
+
+    def values(table: TableInfo, column: str) -> pd.Series:
+        key = (_qualified(table), column)
+        if key not in frames:
+            frames[key] = sample(table, [column], sample_rows)[column]
+        return frames[key]
+
+    primary: dict[str, list[str]] = {}
+    for name, table in tables.items():
+        if table.primary_key:
+            continue
+        wanted = likely_key_names(table.name)
+        for column in sorted((c for c in table.columns if _norm(c.name) in wanted), key=lambda c: wanted.index(_norm(c.name))):
+            got = values(table, column.name)
+            if len(got) and got.notna().all() and got.is_unique:
+                primary[name] = [column.name]
+                break
+    keys = {name: (t.primary_key or primary.get(name, [])) for name, t in tables.items()}
+    # who a column's name can point at: a one-column key by its name, and a table whose key is `id` by its forms
+    by_key: dict[str, list[tuple[str, str]]] = {}
+    by_form: dict[str, list[tuple[str, str]]] = {}
+    for name, key in keys.items():
+        if len(key) != 1:
+            continue
+        if _norm(key[0]) != "id":
+            by_key.setdefault(_norm(key[0]), []).append((name, key[0]))
+        else:
+            for form in _forms(tables[name].name):
+                by_form.setdefault(f"{form}id", []).append((name, key[0]))
+    references: dict[str, list[ForeignKey]] = {}
+    for name, table in tables.items():
+        if table.foreign_keys:
+            continue  # a table that declares its references is taken at its word
+        own = {c.lower() for c in keys[name]}
+        for column in table.columns:
+            if column.name.lower() in own:
+                continue
+            wanted = _norm(column.name)
+            targets = [t for t in by_key.get(wanted, []) if t[0] != name] or \
+                [t for t in by_form.get(wanted, []) if t[0] != name]
+            for target_name, key_name in targets:
+                target = tables[target_name]
+                reference = target.column(key_name)
+                if reference is None or not coercible(dtype_of(column.type), dtype_of(reference.type)):
+                    continue
+                share = _containment(values(table, column.name), values(target, reference.name))
+                if share is None or share < MIN_CONTAINMENT:
+                    continue
+                references.setdefault(name, []).append(ForeignKey(
+                    columns=[column.name], ref_table=target.name, ref_columns=[reference.name],
+                    ref_schema=target.schema_name, confidence=round(share, 3)))
+                break
+    return InferredKeys(primary_keys=primary, foreign_keys=references)
+
+
+def _containment(column: pd.Series, key: pd.Series) -> float | None:
+    """The share of the column's distinct non-null values found among the key's (None: no values to judge)."""
+    seen = set(column.dropna().map(_comparable))
+    if not seen:
+        return None
+    known = set(key.dropna().map(_comparable))
+    return len(seen & known) / len(seen)
+
+
+def _comparable(value: object) -> object:
+    """A value as a key compares it: integral numbers as int (`3`, `3.0`, `"3"` alike), text as written."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return int(value) if float(value).is_integer() else value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return value
+
+
+def _qualified(table: TableInfo) -> str:
+    return f"{table.schema_name}.{table.name}" if table.schema_name else table.name
+
+
+def with_inferred_keys(snapshot: SchemaSnapshot) -> SchemaSnapshot:
+    """The snapshot with its inferred keys added where nothing is declared (a copy; the same one when none)."""
+    inferred = snapshot.inferred_keys
+    if inferred is None or not (inferred.primary_keys or inferred.foreign_keys):
+        return snapshot
+    tables = []
+    for table in snapshot.tables:
+        name = _qualified(table)
+        update: dict = {}
+        key = inferred.primary_keys.get(name)
+        if key and not table.primary_key:
+            update["primary_key"] = list(key)
+            update["columns"] = [c.model_copy(update={"primary_key": True}) if c.name in key else c
+                                 for c in table.columns]
+        references = inferred.foreign_keys.get(name)
+        if references and not table.foreign_keys:
+            update["foreign_keys"] = list(references)
+        tables.append(table.model_copy(update=update) if update else table)
+    return snapshot.model_copy(update={"tables": tables})

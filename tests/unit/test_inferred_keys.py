@@ -1,0 +1,138 @@
+"""Keys inferred where a database declares none (nl2sql.schema.inferred_keys): on a keyless copy of the demo's
+chinook, the keys and references that names and data support, and nothing on the keyed original."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from benchmarks.retrieval.keyless import strip_keys
+from nl2sql.datasources import adapter_class
+from nl2sql.datasources.models import ColumnInfo, SchemaSnapshot, TableInfo
+from nl2sql.demo import init_demo
+from nl2sql.index.retrieve import RetrievedColumn, RetrievedSchema, RetrievedTable
+from nl2sql.index.service import IndexService
+from nl2sql.project import load_project
+from nl2sql.schema.inferred_keys import infer_keys, with_inferred_keys
+from nl2sql.schema.snapshot import fingerprint
+from tests.support.index import build_demo_index
+
+#: chinook's declared references that names give away (SupportRepId and ReportsTo name no table: not inferable)
+NAMED = ["Album.ArtistId → Artist.ArtistId", "Invoice.CustomerId → Customer.CustomerId",
+         "InvoiceLine.InvoiceId → Invoice.InvoiceId", "InvoiceLine.TrackId → Track.TrackId",
+         "PlaylistTrack.PlaylistId → Playlist.PlaylistId", "PlaylistTrack.TrackId → Track.TrackId",
+         "Track.AlbumId → Album.AlbumId", "Track.GenreId → Genre.GenreId", "Track.MediaTypeId → MediaType.MediaTypeId"]
+
+
+def references(snapshot: SchemaSnapshot) -> list[str]:
+    return sorted(f"{t.name}.{fk.columns[0]} → {fk.ref_table}.{fk.ref_columns[0]}" for t in snapshot.tables
+                  for fk in t.foreign_keys)
+
+
+@pytest.fixture(scope="module")
+def keyless(chinook_path: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[SchemaSnapshot, SchemaSnapshot]:
+    """(the keyless copy as reflected, with its inferred keys set)."""
+    path = tmp_path_factory.mktemp("keyless") / "chinook.sqlite"
+    strip_keys(chinook_path, path)
+    adapter = adapter_class("sqlite")("chinook", f"sqlite:///{path}")
+    try:
+        reflected = adapter.reflect()
+        inferred = infer_keys(reflected, lambda t, cols, n: adapter.sample_columns(t, cols, sample_rows=n))
+    finally:
+        adapter.close()
+    return reflected, reflected.model_copy(update={"inferred_keys": inferred})
+
+
+def test_a_keyless_copy_gets_the_keys_names_and_data_support(keyless: tuple[SchemaSnapshot, SchemaSnapshot],
+                                                             chinook_path: Path) -> None:
+    reflected, inferred = keyless
+    assert references(reflected) == [] and all(not t.primary_key for t in reflected.tables)
+    keys = inferred.inferred_keys
+    assert keys is not None
+    # every table with a one-column key gets it back; PlaylistTrack's key is two columns, named by neither
+    assert keys.primary_keys == {t: [f"{t}Id"] for t in ["Album", "Artist", "Customer", "Employee", "Genre",
+                                                         "Invoice", "InvoiceLine", "MediaType", "Playlist", "Track"]}
+    view = with_inferred_keys(inferred)
+    assert references(view) == NAMED
+    assert {fk.confidence for t in view.tables for fk in t.foreign_keys} == {1.0}
+    assert view.table("Track").column("TrackId").primary_key  # type: ignore[union-attr]
+    # what the database says is untouched: the fingerprint and the drift check compare the reflected keys
+    assert fingerprint(inferred) == fingerprint(reflected)
+
+
+def test_a_database_that_declares_its_keys_is_taken_at_its_word(chinook_path: Path) -> None:
+    adapter = adapter_class("sqlite")("chinook", f"sqlite:///{chinook_path}")
+    try:
+        snapshot = adapter.reflect()
+        keys = infer_keys(snapshot, lambda t, cols, n: adapter.sample_columns(t, cols, sample_rows=n))
+    finally:
+        adapter.close()
+    assert keys.primary_keys == {} and keys.foreign_keys == {}
+    assert with_inferred_keys(snapshot.model_copy(update={"inferred_keys": keys})) == \
+        snapshot.model_copy(update={"inferred_keys": keys})
+
+
+def table(name: str, *columns: tuple[str, str]) -> TableInfo:
+    return TableInfo(name=name, columns=[ColumnInfo(name=c, type=t) for c, t in columns])
+
+
+@pytest.mark.parametrize(("case", "orders", "customers", "found"), [
+    ("table_id names a table keyed id", [1, 2, 2], [1, 2, 3], ["orders.customer_id → customers.id"]),
+    ("a value outside the key", [1, 2, 9], [1, 2, 3], []),
+    ("a key with a repeated value is no key", [1, 2], [1, 1, 2], []),
+    ("no values to judge", [None, None], [1, 2], []),
+])
+def test_a_reference_needs_its_name_a_key_and_its_values(case: str, orders: list, customers: list,
+                                                         found: list[str]) -> None:
+    tables = [table("orders", ("id", "INTEGER"), ("customer_id", "INTEGER")),
+              table("customers", ("id", "INTEGER"), ("name", "TEXT"))]
+    data = {"orders": pd.DataFrame({"id": range(len(orders)), "customer_id": orders}, dtype=object),
+            "customers": pd.DataFrame({"id": customers, "name": ["x"] * len(customers)}, dtype=object)}
+    snapshot = SchemaSnapshot(datasource_id="shop", dialect="sqlite", tables=tables)
+    keys = infer_keys(snapshot, lambda t, cols, n: data[t.name][list(cols)].head(n))
+    view = with_inferred_keys(snapshot.model_copy(update={"inferred_keys": keys}))
+    assert references(view) == found, case
+
+
+def test_the_planner_is_shown_an_inferred_reference_as_likely() -> None:
+    schema = RetrievedSchema("shop", [RetrievedTable("orders", 1.0, [
+        RetrievedColumn("id", "INTEGER", False, True),
+        RetrievedColumn("customer_id", "INTEGER", True, False, references="customers.id", likely=True)], 2, 3)], [])
+    assert "customer_id (INTEGER; → customers.id (likely))" in schema.render()
+    assert "customer_id INTEGER REFERENCES customers(id)  -- likely key (inferred, not declared)" in \
+        schema.render_ddl("sqlite")
+
+
+@pytest.fixture(scope="module")
+def keyless_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A demo project whose chinook declares no key, pruning on (each question's columns chosen)."""
+    target = tmp_path_factory.mktemp("keyless-demo")
+    init_demo(target, env={})
+    path = target / "data" / "chinook.sqlite"
+    keyed = path.with_suffix(".keyed")
+    path.rename(keyed)
+    strip_keys(keyed, path)
+    return target
+
+
+@pytest.mark.parametrize("infer", [True, False])
+def test_retrieval_completes_a_join_on_an_inferred_key(keyless_demo: Path, infer: bool,
+                                                      tmp_path: Path) -> None:
+    config = load_project(keyless_demo / "nl2sql.yaml")
+    settings = config.settings.model_copy(update={
+        "retrieval": config.settings.retrieval.model_copy(update={"whole_schema_columns": 0}),
+        "profile": config.settings.profile.model_copy(update={"infer_keys": infer})})
+    config = config.model_copy(update={"settings": settings,
+                                       "datasources": [d for d in config.datasources if d.id == "chinook"]})
+    service = IndexService(config, store=build_demo_index(config, tmp_path / "state"))
+    schema = service.retrieve_schema("How many tracks does each genre have?", "viewer", "chinook")
+    track = next(t for t in schema.tables if t.name == "Track")
+    genre_id = next((c for c in track.columns if c.name == "GenreId"), None)
+    if infer:  # the key the join needs comes with the table, shown to the planner as likely
+        assert genre_id is not None and genre_id.references == "Genre.GenreId" and genre_id.likely
+        assert "Track.GenreId → Genre.GenreId (likely)" in schema.foreign_keys
+    else:
+        assert genre_id is None or genre_id.references is None
+        assert schema.foreign_keys == []
