@@ -1,6 +1,6 @@
 """The index build flow: per datasource a task (placed by the flow's task runner: threads, or a Dask cluster) running
-reflect → profile → relate → entries → embed → commit (FAISS, live pointer, snapshot and diff), each stage a task run, with
-progress and a summary as Prefect artifacts and index events on the bus."""
+reflect → profile → relate → entries → embed → commit (FAISS, live pointer, snapshot and diff), each stage a task
+run, with progress and a summary as Prefect artifacts and index events on the bus."""
 
 from __future__ import annotations
 

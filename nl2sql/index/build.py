@@ -1,5 +1,5 @@
-"""Building one datasource's index: reflect → profile → relate (inferred keys) → entries → embed → commit (FAISS, live pointer, snapshot
-and diff).
+"""Building one datasource's index: reflect → profile → relate (inferred keys) → entries → embed → commit (FAISS,
+live pointer, snapshot and diff).
 
 The stages are declared once (`BUILD`) and driven by one function (`build_datasource`): in place, one after
 another, or each as a Prefect task (the `index-build` flow hands it `tasks/index.run_stage`); either way the same
@@ -120,8 +120,8 @@ def profile_tables(adapter: Adapter, plan: BuildPlan, settings: ProfileSettings,
 
 def relate_tables(adapter: Adapter, plan: BuildPlan, settings: ProfileSettings) -> BuildPlan:
     """The plan with the keys its database does not declare, inferred from names and a bounded sample of values
-    (`nl2sql.schema.inferred_keys`; none with `profile.infer_keys` off); the live build's when no table changed. A column that cannot be sampled
-    is only left without an inferred key."""
+    (`nl2sql.schema.inferred_keys`; none with `profile.infer_keys` off); the live build's when no table changed.
+    A column that cannot be sampled is only left without an inferred key."""
     previous = plan.previous
     if not settings.infer_keys:
         inferred = InferredKeys()

@@ -410,8 +410,8 @@ def execute(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
 
 def check_result(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     """The result checks (`nl2sql.sanity`): each finding a warning; a VALUE_NOT_FOUND (with a likely value) or
-    JOIN_FAN_OUT that a corrected plan may fix sends the sub-query to the refiner once (raised as that code), its result kept in case
-    no corrected plan runs. A check that fails reports nothing but a log line."""
+    JOIN_FAN_OUT that a corrected plan may fix sends the sub-query to the refiner once (raised as that code), its
+    result kept in case no corrected plan runs. A check that fails reports nothing but a log line."""
     assert sq.result is not None
     findings = result_findings(ctx, state, sq)
     retry = next((f for f in findings if f.code in RETRYABLE and f.fixable and _may_retry(ctx, state, sq, f.code)),

@@ -249,7 +249,7 @@ class PlanValidator:
         one from the other. Only a slip on a readable table's name (`Tracks`, `customers`: close to one of them,
         compared with readable names alone) is left to the name checks, which repair or report it, and, for a
         model's plan (`question` given), a join that only a column the readable table lacks ties to it
-        (`_drop_invented_join`).
+        (`_drop_invented_joins`).
         """
         if not self.scope.reachable:
             raise SecurityViolation(datasource=self.scope.datasource, node="validator")
@@ -321,9 +321,7 @@ class PlanValidator:
     def _singular_or_plural(self, ref: m.TableRef, path: str) -> TableInfo | None:
         """The one readable table whose name is `ref`'s with an `s` added or dropped (`Tracks`, `customer`), as a
         repair; None when no readable table, or more than one, reads so."""
-        name = ref.table.lower()
-        forms = {name[:-1], name[:-2]} if name.endswith("es") else {name[:-1]} if name.endswith("s") else set()
-        forms |= {name + "s", name + "es"}
+        forms = _name_forms(ref.table) - {ref.table.lower()}
         found = [t for t in self.allowed if t.name.lower() in forms]
         if len(found) != 1:
             return None

@@ -31,11 +31,8 @@ def references(snapshot: SchemaSnapshot) -> list[str]:
                   for fk in t.foreign_keys)
 
 
-@pytest.fixture(scope="module")
-def keyless(chinook_path: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[SchemaSnapshot, SchemaSnapshot]:
-    """(the keyless copy as reflected, with its inferred keys set)."""
-    path = tmp_path_factory.mktemp("keyless") / "chinook.sqlite"
-    strip_keys(chinook_path, path)
+def reflected_and_inferred(path: Path) -> tuple[SchemaSnapshot, SchemaSnapshot]:
+    """(a SQLite database as reflected, with its inferred keys set)."""
     adapter = adapter_class("sqlite")("chinook", f"sqlite:///{path}")
     try:
         reflected = adapter.reflect()
@@ -43,6 +40,14 @@ def keyless(chinook_path: Path, tmp_path_factory: pytest.TempPathFactory) -> tup
     finally:
         adapter.close()
     return reflected, reflected.model_copy(update={"inferred_keys": inferred})
+
+
+@pytest.fixture(scope="module")
+def keyless(chinook_path: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[SchemaSnapshot, SchemaSnapshot]:
+    """(the keyless copy as reflected, with its inferred keys set)."""
+    path = tmp_path_factory.mktemp("keyless") / "chinook.sqlite"
+    strip_keys(chinook_path, path)
+    return reflected_and_inferred(path)
 
 
 def test_a_keyless_copy_gets_the_keys_names_and_data_support(keyless: tuple[SchemaSnapshot, SchemaSnapshot],
@@ -63,15 +68,10 @@ def test_a_keyless_copy_gets_the_keys_names_and_data_support(keyless: tuple[Sche
 
 
 def test_a_database_that_declares_its_keys_is_taken_at_its_word(chinook_path: Path) -> None:
-    adapter = adapter_class("sqlite")("chinook", f"sqlite:///{chinook_path}")
-    try:
-        snapshot = adapter.reflect()
-        keys = infer_keys(snapshot, lambda t, cols, n: adapter.sample_columns(t, cols, sample_rows=n))
-    finally:
-        adapter.close()
-    assert keys.primary_keys == {} and keys.foreign_keys == {}
-    assert with_inferred_keys(snapshot.model_copy(update={"inferred_keys": keys})) == \
-        snapshot.model_copy(update={"inferred_keys": keys})
+    _, snapshot = reflected_and_inferred(chinook_path)
+    keys = snapshot.inferred_keys
+    assert keys is not None and keys.primary_keys == {} and keys.foreign_keys == {}
+    assert with_inferred_keys(snapshot) == snapshot
 
 
 def table(name: str, *columns: tuple[str, str]) -> TableInfo:
