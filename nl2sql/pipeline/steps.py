@@ -15,6 +15,7 @@ from typing import Any
 
 from nl2sql.aggregate import CombineSpec, Frame, JoinKeyPair, combine
 from nl2sql.datasources.checked import run_checked_sql
+from nl2sql.datasources.models import TableInfo
 from nl2sql.errors import (
     IndexNotBuilt,
     NL2SQLError,
@@ -45,6 +46,7 @@ from nl2sql.sanity import (
     check_nulls,
     check_values,
     literal_filters,
+    text_columns_elsewhere,
 )
 from nl2sql.sanity.values import plan_tables
 from nl2sql.verified.match import match_verified
@@ -464,12 +466,18 @@ def result_findings(ctx: RunContext, state: RunState, sq: SubQuery) -> list[Find
     live = ctx.index.live(sq.datasource_id)
     if sq.plan is not None and live is not None and live.snapshot is not None and not ctx.hooks.at("execute.before"):
         snapshot, schemas = live.snapshot, sq.schemas or {}
-        tables = plan_tables(sq.plan, lambda name: snapshot.table(name, schemas.get(name)))
+        def lookup(name: str) -> TableInfo | None:
+            return snapshot.table(name, schemas.get(name))
+
+        tables = plan_tables(sq.plan, lookup)
         probe = _probe(ctx, state, sq)
         plan = sq.plan
+        caller = scope(ctx.config.policies, state.roles, sq.datasource_id)
+        readable = [t for t in snapshot.tables if caller.allows(t.name, t.schema_name)]
         if sq.result.row_count == 0 or not sq.result.frame.notna().to_numpy().any():
-            checks.append(("values", lambda: check_values(literal_filters(plan, tables), probe=probe,
-                                                          samples=lambda item: profiled_values(live, item))))
+            checks.append(("values", lambda: check_values(
+                literal_filters(plan, tables, lookup), probe=probe, samples=lambda item: profiled_values(live, item),
+                elsewhere=lambda item: text_columns_elsewhere(item, readable))))
         if sq.result.row_count:
             checks.append(("fan-out", lambda: check_fan_out(plan, tables, dialect=_dialect(ctx, sq),
                                                             schemas=sq.schemas, probe=probe)))

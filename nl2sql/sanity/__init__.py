@@ -9,7 +9,14 @@ pipeline turns it into a warning, or into one retry through the refiner (`RETRYA
 from nl2sql.sanity.fanout import check_fan_out, fan_out_probe, repeated_aliases
 from nl2sql.sanity.findings import RETRYABLE, Finding, Probe
 from nl2sql.sanity.nulls import check_nulls
-from nl2sql.sanity.values import LiteralFilter, check_values, closest_values, literal_filters
+from nl2sql.sanity.values import (
+    LiteralFilter,
+    check_values,
+    closest_values,
+    literal_filters,
+    text_columns_elsewhere,
+)
 
 __all__ = ["RETRYABLE", "Finding", "LiteralFilter", "Probe", "check_fan_out", "check_nulls", "check_values",
-           "closest_values", "fan_out_probe", "literal_filters", "repeated_aliases"]
+           "closest_values", "fan_out_probe", "literal_filters", "repeated_aliases",
+           "text_columns_elsewhere"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import re
 import unicodedata
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -63,10 +63,17 @@ def _conjuncts(condition: m.Node | None) -> Iterator[m.Node]:
         yield condition
 
 
-def literal_filters(plan: m.PlanModel, tables: Mapping[str, TableInfo]) -> list[LiteralFilter]:
-    """Every text column of the plan's own tables its WHERE compares for equality with a string literal."""
+def literal_filters(plan: m.PlanModel, tables: Mapping[str, TableInfo],
+                    lookup: Callable[[str], TableInfo | None] | None = None) -> list[LiteralFilter]:
+    """Every text column of the plan's own tables its WHERE compares for equality with a string literal; with
+    `lookup`, also those of the sub-plans it keeps rows by (`x IN (SELECT …)`, `EXISTS (…)`, not negated), which
+    filter the answer as a join would."""
     found: list[LiteralFilter] = []
     for condition in _conjuncts(plan.where):
+        if isinstance(condition, m.InSubquery | m.Exists) and not condition.negated and lookup is not None:
+            sub = condition.plan
+            found += [item for item in literal_filters(sub, plan_tables(sub, lookup), lookup) if item not in found]
+            continue
         pairs: list[tuple[m.Node, m.Node]] = []
         if isinstance(condition, m.Comparison) and condition.op == "=":
             pairs = [(condition.left, condition.right), (condition.right, condition.left)]
@@ -151,12 +158,19 @@ def distinct_probe(item: LiteralFilter) -> exp.Select:
             .where(exp.Not(this=exp.Is(this=_column(item.column), expression=exp.Null()))))
 
 
+#: The most other columns the value check probes for a literal its own column does not hold.
+MAX_ELSEWHERE = 40
+
+
 def check_values(filters: list[LiteralFilter], *, samples: Callable[[LiteralFilter], list[str]],
-                 probe: Probe) -> list[Finding]:
+                 probe: Probe, elsewhere: Callable[[LiteralFilter], list[LiteralFilter]] | None = None
+                 ) -> list[Finding]:
     """VALUE_NOT_FOUND for each filter literal the column holds nowhere: looked up among the column's profiled
-    values, then probed; the finding names the closest stored values, and is fixable only when one of them reads
-    as the literal spelt differently (`Brasil`: `Brazil`). A value no stored one resembles (`Narnia`) is not
-    replaced by a near neighbour: the empty answer is the answer."""
+    values, then probed; the finding names the closest stored values, and is fixable when one of them reads as the
+    literal spelt differently (`Brasil`: `Brazil`), or when another column the caller may read holds the literal
+    as written (`elsewhere`: the same literal in each such column; `Germany` asked of `Artist.Name` is a
+    `Customer.Country`). A value nothing holds or resembles (`Narnia`) is not replaced by a near neighbour: the
+    empty answer is the answer."""
     findings = []
     for item in filters:
         profiled = samples(item)
@@ -164,8 +178,23 @@ def check_values(filters: list[LiteralFilter], *, samples: Callable[[LiteralFilt
             continue
         stored = [str(row[0]) for row in probe(distinct_probe(item), MAX_DISTINCT) if row and row[0] is not None]
         closest = closest_values(item.literal, [*profiled, *stored])
-        hint = f"closest: {', '.join(repr(v) for v in closest)}" if closest else "no stored value is close"
-        findings.append(Finding("VALUE_NOT_FOUND", f"{item.literal!r} is not a {item.name}; {hint}.",
-                                {"table": item.table.name, "column": item.column, "closest": closest},
-                                fixable=any(spelt_alike(item.literal, value) for value in closest)))
+        alike = any(spelt_alike(item.literal, value) for value in closest)
+        holder = None if alike or elsewhere is None else next(
+            (other for other in elsewhere(item)[:MAX_ELSEWHERE] if probe(exists_probe(other), 1)), None)
+        if holder is not None:
+            hint = f"it is a {holder.name}"
+        else:
+            hint = f"closest: {', '.join(repr(v) for v in closest)}" if closest else "no stored value is close"
+        detail = {"table": item.table.name, "column": item.column, "closest": closest,
+                  **({"found_in": holder.name} if holder is not None else {})}
+        findings.append(Finding("VALUE_NOT_FOUND", f"{item.literal!r} is not a {item.name}; {hint}.", detail,
+                                fixable=alike or holder is not None))
     return findings
+
+
+def text_columns_elsewhere(item: LiteralFilter, tables: Iterable[TableInfo]) -> list[LiteralFilter]:
+    """The same literal in every other text column of `tables` (the caller's readable ones), the filter's own
+    table first."""
+    ordered = sorted(tables, key=lambda t: t != item.table)
+    return [LiteralFilter(table, column.name, item.literal) for table in ordered for column in table.columns
+            if dtype_of(column.type) == "text" and (table, column.name) != (item.table, item.column)]

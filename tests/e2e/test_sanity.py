@@ -144,6 +144,52 @@ def test_a_value_no_stored_one_resembles_is_reported_not_replaced_by_a_neighbour
     assert flagged == [{"sub_query_id": "sq1", "code": "VALUE_NOT_FOUND", "count": 1, "retry": False}]
 
 
+def test_a_value_in_the_wrong_column_is_moved_to_the_readable_column_that_holds_it(project: Config,
+                                                                                  model: ModelScript) -> None:
+    question = "Which invoices were billed to Germany?"
+
+    def invoices_billed(column_name: str) -> dict:
+        return {"select": [{"expr": column("i", "InvoiceId"), "alias": "invoice"}],
+                "from": {"table": "Invoice", "alias": "i"},
+                "where": {"kind": "compare", "op": "=", "left": column("i", column_name),
+                          "right": {"kind": "literal", "value": "Germany"}}}
+    model.plan(question, invoices_billed("BillingCity"))
+    model.queue("RefinedPlan", invoices_billed("BillingCountry"))
+    result = ask(project, question, "analyst")
+    assert result.status == "success", result.errors
+    [prompt] = refiner_prompts(model)
+    assert "VALUE_NOT_FOUND: 'Germany' is not a Invoice.BillingCity; it is a Invoice.BillingCountry." in prompt
+    truth = chinook_rows(project, "SELECT InvoiceId FROM Invoice WHERE BillingCountry = 'Germany'")
+    sq = result.sub_queries[0]
+    assert sq.total_rows == len(truth) > 0 and {row[0] for row in sq.rows} <= {row[0] for row in truth}
+    [warning] = result.warnings
+    assert warning.code == "VALUE_NOT_FOUND" and warning.detail["recovered"] is True
+
+
+def test_a_value_only_a_hidden_table_holds_is_reported_as_held_by_nothing(project: Config,
+                                                                          model: ModelScript) -> None:
+    # the viewer reads the catalog only: Germany, a customer's country, is looked for in what the viewer may read
+    # (here through a sub-query's filter), found nowhere, and nothing names the table that holds it
+    question = "Which genres sell best in Germany?"
+    model.plan(question, {
+        "select": [{"expr": column("g", "Name"), "alias": "genre"}], "distinct": True,
+        "from": {"table": "Genre", "alias": "g"},
+        "joins": [{"type": "inner", "table": {"table": "Track", "alias": "t"},
+                   "on": [{"left": column("t", "GenreId"), "right": column("g", "GenreId")}]},
+                  {"type": "inner", "table": {"table": "Album", "alias": "a"},
+                   "on": [{"left": column("a", "AlbumId"), "right": column("t", "AlbumId")}]}],
+        "where": {"kind": "in_subquery", "expr": column("a", "ArtistId"), "plan": {
+            "select": [{"expr": column("ar", "ArtistId")}], "from": {"table": "Artist", "alias": "ar"},
+            "where": {"kind": "compare", "op": "=", "left": column("ar", "Name"),
+                      "right": {"kind": "literal", "value": "Germany"}}}}})
+    result = ask(project, question, "viewer")
+    assert result.status == "success", result.errors
+    assert result.sub_queries[0].total_rows == 0 and model.fake.calls("RefinedPlan") == 0
+    [warning] = result.warnings
+    assert warning.message.startswith("'Germany' is not a Artist.Name; closest: ") and not warning.detail.get("found_in")
+    assert "Customer" not in json.dumps(result.model_dump(mode="json"))
+
+
 def test_when_no_corrected_plan_runs_the_first_result_stands_with_its_warning(project: Config,
                                                                              model: ModelScript) -> None:
     question = "Albums in the heavy metal genre?"

@@ -15,6 +15,7 @@ from nl2sql.sanity import (
     closest_values,
     literal_filters,
     repeated_aliases,
+    text_columns_elsewhere,
 )
 from nl2sql.sanity.values import LiteralFilter, plan_tables, spelt_alike
 
@@ -134,6 +135,41 @@ def test_the_value_check_reads_equality_and_in_filters_on_text_columns() -> None
                                           "'Brasil' is not a Customer.Country; closest: 'Brazil'."]
     # a value among the profiled samples needs no probe at all
     assert check_values(filters[:1], samples=lambda item: ["germany"], probe=None) == []  # type: ignore[arg-type]
+
+
+def test_the_value_check_reads_the_filters_of_the_sub_plans_that_keep_rows() -> None:
+    def sub(value: str) -> dict:
+        return {"select": [{"expr": col("c", "CustomerId")}], "from": {"table": "Customer", "alias": "c"},
+                "where": {"kind": "compare", "op": "=", "left": col("c", "Country"),
+                          "right": {"kind": "literal", "value": value}}}
+    where = {"kind": "and", "conditions": [
+        {"kind": "in_subquery", "expr": col("i", "InvoiceId"), "plan": sub("Germany")},
+        {"kind": "exists", "plan": sub("France")},
+        {"kind": "in_subquery", "expr": col("i", "InvoiceId"), "plan": sub("Spain"), "negated": True}]}
+    p = plan(where=where)
+    assert literal_filters(p, aliases(p)) == []  # without a lookup only the plan's own tables are read
+    assert [(f.name, f.literal) for f in literal_filters(p, aliases(p), TABLES.get)] == [
+        ("Customer.Country", "Germany"), ("Customer.Country", "France")]  # a NOT IN keeps rows without it
+
+
+def test_a_value_another_readable_column_holds_as_written_is_fixable_and_named() -> None:
+    filters = [LiteralFilter(TABLES["Invoice"], "BillingCountry", literal) for literal in ("Canada", "Narnia")]
+    readable = [TABLES["Invoice"], TABLES["Customer"], TABLES["Note"]]
+    probed: list[str] = []
+
+    def probe(tree, limit):  # type: ignore[no-untyped-def]
+        sql = tree.sql()
+        probed.append(sql)
+        return [(1,)] if "Country" in sql and "Billing" not in sql and "'Canada'" in sql else []
+
+    found = check_values(filters, samples=lambda item: [], probe=probe,
+                         elsewhere=lambda item: text_columns_elsewhere(item, readable))
+    assert [f.fixable for f in found] == [True, False]
+    assert found[0].message == "'Canada' is not a Invoice.BillingCountry; it is a Customer.Country."
+    assert found[0].detail["found_in"] == "Customer.Country" and "found_in" not in found[1].detail
+    # only the other text columns of the tables given are probed: never a number column, never one not given
+    narnia = [sql for sql in probed if "'Narnia'" in sql and "DISTINCT" not in sql]
+    assert [sql.split(" WHERE ")[1].split(" =")[0] for sql in narnia] == ['"BillingCountry"', '"Country"', '"Text"']
 
 
 @pytest.mark.parametrize(("literal", "values", "closest"), [
