@@ -1,0 +1,225 @@
+"""Index cost against schema size: 1,200, 5,000 and 20,000 tables of the wide synthetic schema.
+
+For each size, in a process of its own (so each peak RSS is that size's alone), from a fresh state folder:
+
+- cold build (nothing cached), stage by stage; the index kind FAISS chose and its file size;
+- a rebuild with nothing changed, and an incremental rebuild after ALTER TABLE … ADD COLUMN in one table;
+- retrieval (`Retriever.schema_for`, question embedding included) and routing (`route` over the schema's
+  datasource) latency p50/p95 over the same questions, after the live index is loaded;
+- peak RSS of the process and the state folder's size.
+
+Targets on 2 cores: cold build ≤ 60 s at 1,200 tables; incremental ≤ 3 s; retrieval p95 ≤ 20 ms at 1,200 and
+≤ 50 ms at 20,000 tables; RSS ≤ 1.5 GB at 20,000. Writes index_scale.json and a plot of each cost against the
+number of tables (index_scale.png, needs matplotlib: `pip install -e '.[bench]'`).
+
+    .venv/bin/python benchmarks/perf/index_scale.py [--sizes 1200,5000,20000] [--questions 200] [--seed 42]
+        [--out FILE] [--plot FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from index_wide import build_figures, load_schemas, log, percentiles, rss_mb, timed  # noqa: E402
+
+from nl2sql.config.models import ProfileSettings, RoutingSettings  # noqa: E402
+from nl2sql.datasources import adapter_class  # noqa: E402
+from nl2sql.index.build import build_datasource  # noqa: E402
+from nl2sql.index.embed import Embedder  # noqa: E402
+from nl2sql.index.retrieve import Retriever  # noqa: E402
+from nl2sql.index.route import route  # noqa: E402
+from nl2sql.index.store import StateStore  # noqa: E402
+
+SIZES = (1200, 5000, 20_000)
+TARGETS = {"cold_build_s@1200": 60.0, "incremental_s": 3.0, "retrieval_p95_ms@1200": 20.0,
+           "retrieval_p95_ms@20000": 50.0, "peak_rss_mb@20000": 1536.0}
+
+
+def folder_mb(path: Path) -> float:
+    """Bytes under a folder, in MiB."""
+    return round(sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20, 1)
+
+
+def measure_size(n_tables: int, seed: int, questions: int, threads: int, quiet: bool) -> dict[str, Any]:
+    """Every figure for one schema size (run in a process of its own)."""
+    schemas = load_schemas()
+    with tempfile.TemporaryDirectory(prefix="nl2sql-scale-") as tmp:
+        work = Path(tmp)
+        tables, gen_s = timed(lambda: schemas.wide_schema(n_tables, seed))
+        path = schemas.write_sqlite(tables, work / "wide.sqlite")
+        store = StateStore(work / "state")
+        embedder = Embedder(threads=threads)
+        embedder.embed(["warm up"])
+        adapter = adapter_class("sqlite")("wide", f"sqlite:///{path}")
+        profile = ProfileSettings()
+        out: dict[str, Any] = {"tables": len(tables), "columns": sum(len(t.columns) for t in tables),
+                               "generate_s": round(gen_s, 2), "rss_before_build_mb": rss_mb()}
+        log(quiet, f"{n_tables} tables: cold build")
+        result, wall = timed(lambda: build_datasource(adapter, store, embedder, profile=profile))
+        out["cold"] = build_figures(result, wall)
+        out["cold"]["entries_per_s"] = round(out["cold"]["entries"] / wall, 1)
+        build = store.live_build("wide")
+        assert build is not None
+        out["index_file_mb"] = round(store.index_path("wide", build.build_id).stat().st_size / 2**20, 1)
+        log(quiet, f"{n_tables} tables: rebuild with nothing changed, then one table altered")
+        result, wall = timed(lambda: build_datasource(adapter, store, embedder, profile=profile))
+        out["unchanged"] = build_figures(result, wall)
+        target = next(t for t in tables if t.phrases)
+        with sqlite3.connect(path) as conn:
+            conn.execute(f'ALTER TABLE "{target.name}" ADD COLUMN "loyalty_points" INTEGER')
+        conn.close()
+        result, wall = timed(lambda: build_datasource(adapter, store, embedder, profile=profile))
+        out["incremental"] = build_figures(result, wall) | {"altered_table": target.name}
+        adapter.close()
+
+        log(quiet, f"{n_tables} tables: retrieval and routing latency")
+        pool = schemas.question_pool(tables, seed, "wide")[:questions]
+        retriever = Retriever(store, embedder)
+        _, load_s = timed(lambda: retriever.live("wide"))
+        defaults = RoutingSettings()
+
+        def routed(question: str) -> Any:
+            return route(retriever, question, ["wide"], lambda _d, _t: True, floor_ratio=defaults.floor_ratio,
+                         limit=defaults.shortlist)
+
+        retriever.schema_for(pool[0], "wide", lambda _t: True)
+        routed(pool[0])
+        retrieval, routing = [], []
+        for question in pool:
+            retrieval.append(timed(lambda q=question: retriever.schema_for(q, "wide", lambda _t: True))[1])
+            routing.append(timed(lambda q=question: routed(q))[1])
+        out |= {"index_load_s": round(load_s, 2), "questions": len(pool), "retrieval": percentiles(retrieval),
+                "routing": percentiles(routing), "state_mb": folder_mb(work / "state"), "peak_rss_mb": rss_mb()}
+        store.close()
+    return out
+
+
+def checks(report: dict[str, Any]) -> dict[str, bool | None]:
+    """Each target met, or None where its size was not run."""
+    by_size = {int(k): v for k, v in report["sizes"].items()}
+
+    def at(n: int, key: str, *path: str) -> float | None:
+        value: Any = by_size.get(n)
+        for part in (key, *path):
+            value = None if value is None else value.get(part)
+        return value
+
+    def within(value: float | None, limit: float) -> bool | None:
+        return None if value is None else value <= limit
+
+    incremental = [v["incremental"]["wall_s"] for v in by_size.values()]
+    return {"cold_build_le_60s_at_1200": within(at(1200, "cold", "wall_s"), TARGETS["cold_build_s@1200"]),
+            "incremental_le_3s_every_size": all(v <= TARGETS["incremental_s"] for v in incremental)
+            if incremental else None,
+            "retrieval_p95_le_20ms_at_1200": within(at(1200, "retrieval", "p95_ms"),
+                                                     TARGETS["retrieval_p95_ms@1200"]),
+            "retrieval_p95_le_50ms_at_20000": within(at(20_000, "retrieval", "p95_ms"),
+                                                      TARGETS["retrieval_p95_ms@20000"]),
+            "peak_rss_le_1_5gb_at_20000": within(at(20_000, "peak_rss_mb"), TARGETS["peak_rss_mb@20000"])}
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    """Build time, latency, memory and index size against tables (log-scaled tables), targets dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = sorted(int(k) for k in report["sizes"])
+    rows = [report["sizes"][str(n)] for n in sizes]
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7), constrained_layout=True)
+    panels = [
+        (axes[0][0], "build (s)", [("cold", [r["cold"]["wall_s"] for r in rows]),
+                                   ("incremental", [r["incremental"]["wall_s"] for r in rows])],
+         [(1200, TARGETS["cold_build_s@1200"]), (None, TARGETS["incremental_s"])]),
+        (axes[0][1], "latency (ms)", [("retrieval p50", [r["retrieval"]["p50_ms"] for r in rows]),
+                                      ("retrieval p95", [r["retrieval"]["p95_ms"] for r in rows]),
+                                      ("routing p95", [r["routing"]["p95_ms"] for r in rows])],
+         [(1200, TARGETS["retrieval_p95_ms@1200"]), (20_000, TARGETS["retrieval_p95_ms@20000"])]),
+        (axes[1][0], "peak RSS (MB)", [("process", [r["peak_rss_mb"] for r in rows])],
+         [(20_000, TARGETS["peak_rss_mb@20000"])]),
+        (axes[1][1], "on disk (MB)", [("FAISS index", [r["index_file_mb"] for r in rows]),
+                                      ("state folder", [r["state_mb"] for r in rows])], []),
+    ]
+    for ax, label, series, targets in panels:
+        for name, values in series:
+            ax.plot(sizes, values, marker="o", label=name)
+        for at, value in targets:
+            ax.axhline(value, linestyle="--", linewidth=0.8, color="grey")
+            ax.annotate(f"target{'' if at is None else f' @{at:,}'}: {value:g}", (sizes[0], value),
+                        textcoords="offset points", xytext=(2, 3), fontsize=7, color="grey")
+        ax.set_xscale("log")
+        ax.minorticks_off()
+        ax.set_xticks(sizes, [f"{n:,}" for n in sizes])
+        ax.set_xlabel("tables")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"Index cost against schema size ({report['cpus']} CPUs, commit {report['commit']})")
+    fig.savefig(path, dpi=110)
+
+
+def commit() -> str:
+    """The checkout's commit, with +changes when the tree differs from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=HERE, capture_output=True, text=True).stdout.strip()
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Run each size in its own process, print a table, write the JSON and the plot; the report."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="table counts, comma-separated")
+    parser.add_argument("--questions", type=int, default=200, help="questions timed per size")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--threads", type=int, default=2, help="embedder threads")
+    parser.add_argument("--out", type=Path, default=HERE / "index_scale.json")
+    parser.add_argument("--plot", type=Path, default=HERE / "index_scale.png")
+    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a worker: one size, JSON on stdout
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    if args.one:
+        print(json.dumps(measure_size(args.one, args.seed, args.questions, args.threads, args.quiet)))
+        return {}
+    report: dict[str, Any] = {"commit": commit(), "seed": args.seed, "cpus": os.cpu_count(), "threads": args.threads,
+                              "questions": args.questions, "targets": TARGETS, "sizes": {}}
+    for n in (int(s) for s in args.sizes.split(",")):
+        started = time.perf_counter()
+        worker = subprocess.run([sys.executable, __file__, "--one", str(n), "--seed", str(args.seed),
+                                 "--questions", str(args.questions), "--threads", str(args.threads),
+                                 *(["--quiet"] if args.quiet else [])], stdout=subprocess.PIPE, text=True)
+        if worker.returncode != 0:  # its traceback went to stderr above
+            sys.exit(f"the {n}-table run failed (exit {worker.returncode})")
+        report["sizes"][str(n)] = json.loads(worker.stdout.strip().splitlines()[-1])
+        log(args.quiet, f"{n} tables done in {time.perf_counter() - started:.0f} s")
+    report["checks"] = checks(report)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"{'tables':>8} {'cold s':>8} {'incr s':>7} {'entries':>8} {'index':>6} {'retr p50':>9} {'retr p95':>9} "
+          f"{'route p95':>9} {'RSS MB':>7} {'idx MB':>7}")
+    for n, r in report["sizes"].items():
+        print(f"{int(n):>8,} {r['cold']['wall_s']:>8} {r['incremental']['wall_s']:>7} {r['cold']['entries']:>8} "
+              f"{r['cold']['index_kind']:>6} {r['retrieval']['p50_ms']:>9} {r['retrieval']['p95_ms']:>9} "
+              f"{r['routing']['p95_ms']:>9} {r['peak_rss_mb']:>7} {r['index_file_mb']:>7}")
+    print(json.dumps(report["checks"], indent=1))
+    try:
+        plot(report, args.plot)
+    except ImportError:
+        print("no plot: matplotlib is not installed (pip install -e '.[bench]')", file=sys.stderr)
+    return report
+
+
+if __name__ == "__main__":
+    main()
