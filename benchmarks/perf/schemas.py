@@ -27,7 +27,7 @@ import random
 import re
 import sqlite3
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 # --- the domains ---------------------------------------------------------------------------------
@@ -572,26 +572,36 @@ def domain_tables(domain: Domain, size: int, seed: int, *, width: tuple[int, int
     return tables[:size]
 
 
+#: Regional copies of every domain, for a wide schema larger than one copy of the domains holds (2,160 tables):
+#: warehouses keep one schema per region or tenant (`sales_emea_customer` beside `sales_customer`).
+REGIONS = ("emea", "apac", "amer", "latam", "nordics", "dach", "iberia", "benelux", "anz", "india", "gulf", "andes")
+
+
 def wide_schema(n_tables: int = 1200, seed: int = 42, *, rows: tuple[int, int] = (3, 6)) -> list[Table]:
-    """One database of `n_tables` tables from every domain (names prefixed by domain), parents first."""
-    per_domain = [len(d.entities) for d in DOMAINS]
+    """One database of `n_tables` tables from every domain (names prefixed by domain), parents first; beyond
+    2,160 tables, regional copies of the domains (`REGIONS`)."""
+    one_copy = sum(len(d.entities) for d in DOMAINS) * (1 + len(DERIVED))
+    copies = max(1, -(-n_tables // one_copy))
+    if copies > 1 + len(REGIONS):
+        raise ValueError(f"at most {one_copy * (1 + len(REGIONS))} tables can be generated")
+    domains = [domain if k == 0 else replace(domain, name=f"{domain.name}_{REGIONS[k - 1]}",
+                                             prefix=f"{domain.prefix}_{REGIONS[k - 1]}")
+               for k in range(copies) for domain in DOMAINS]
+    per_domain = [len(d.entities) for d in domains]
     sizes = list(per_domain)
     total = sum(sizes)
     if n_tables < total:  # fewer tables than core entities: shrink each domain evenly
         sizes = [max(1, n_tables * s // total) for s in per_domain]
-    capacity = sum(per_domain) * (1 + len(DERIVED))
-    if n_tables > capacity:
-        raise ValueError(f"at most {capacity} tables can be generated")
     i = 0
     while sum(sizes) < n_tables:  # satellites, round-robin over domains
-        if sizes[i % len(DOMAINS)] < per_domain[i % len(DOMAINS)] * (1 + len(DERIVED)):
-            sizes[i % len(DOMAINS)] += 1
+        if sizes[i % len(domains)] < per_domain[i % len(domains)] * (1 + len(DERIVED)):
+            sizes[i % len(domains)] += 1
         i += 1
     while sum(sizes) > n_tables:
         j = max(range(len(sizes)), key=lambda k: sizes[k])
         sizes[j] -= 1
     tables: list[Table] = []
-    for domain, size in zip(DOMAINS, sizes, strict=True):
+    for domain, size in zip(domains, sizes, strict=True):
         tables += domain_tables(domain, size, seed, prefixed=True)
     names = {t.name for t in tables}
     if "hr_employee" in names:  # satellites record who did it: foreign keys across domains
