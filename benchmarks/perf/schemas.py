@@ -361,6 +361,81 @@ DOMAINS: tuple[Domain, ...] = (
     )),
 )
 
+#: Sibling databases: each covers much of one domain above (`SIBLING_OF`) under other names and another shape, as
+#: two databases of one company do (an airline's operations beside a travel agency's bookings). Routing must tell
+#: each from its sibling by what only one of them holds.
+SIBLINGS: tuple[Domain, ...] = (
+    Domain("travel_agency", "trv", "Travel agency: travellers, trip itineraries, flight segments, fare rules, seat choices and refunds.", (
+        ("traveller", "travellers; clients of the agency", "full_name:person home_country:country frequent_flyer_tier:cat(none|silver|gold|platinum) date_of_birth:date"),
+        ("itinerary", "trips; itineraries", "traveller_id>traveller booked_on:date trip_purpose:cat(business|leisure|family) total_fare:money status:cat(confirmed|ticketed|cancelled|refunded)"),
+        ("flight_segment", "flight legs; segments", "itinerary_id>itinerary carrier_code:code flight_no:code depart_city:city arrive_city:city departs_at:ts cabin:cat(economy|premium|business|first)"),
+        ("seat_choice", "seat selections; seats chosen", "segment_id>flight_segment seat_label:code extra_legroom:bool seat_fee:money"),
+        ("fare_rule", "fare rules; fare conditions", "fare_basis:code refundable:bool change_fee:money baggage_allowance_kg:qty"),
+        ("trip_refund", "refunds; money returned to travellers", "itinerary_id>itinerary refunded_on:date refund_amount:money reason:cat(schedule_change|illness|voluntary|cancelled_flight)"),
+    )),
+    Domain("admissions_office", "adm", "University admissions: applicants, applications to degree programs, entrance exams, interviews, offers and enrolment deposits.", (
+        ("applicant", "applicants; prospective students", "first_name:first last_name:last home_country:country high_school_gpa:num birth_date:date"),
+        ("degree_program", "degree programs; programs applied to", "program_title:name faculty:cat(Science|Arts|Engineering|Business|Medicine) intake_capacity:qty"),
+        ("application", "applications; admission files", "applicant_id>applicant program_id>degree_program submitted_on:date decision:cat(pending|admitted|waitlisted|rejected) application_fee:money"),
+        ("entrance_exam", "entrance exams; test scores", "applicant_id>applicant exam_name:cat(SAT|ACT|GRE|GMAT) score:qty taken_on:date"),
+        ("admission_interview", "admission interviews; interviews", "application_id>application interviewer:person interviewed_on:date rating:qty"),
+        ("enrolment_deposit", "enrolment deposits; seat deposits", "application_id>application paid_on:date deposit_amount:money"),
+    )),
+    Domain("car_dealership", "dlr", "Car dealership: showrooms, cars for sale, buyers, sales deals, trade-ins, financing and test drives.", (
+        ("showroom", "showrooms; dealerships", "showroom_name:name city:city"),
+        ("vehicle_for_sale", "cars for sale; vehicles in stock", "showroom_id>showroom make:cat(Toyota|Ford|VW|BMW|Kia) model:name model_year:int sticker_price:money condition:cat(new|used|certified)"),
+        ("buyer", "buyers; car buyers", "full_name:person city:city email:email"),
+        ("sales_deal", "car sales; deals closed", "vehicle_id>vehicle_for_sale buyer_id>buyer salesperson:person sold_on:date sale_price:money"),
+        ("trade_in", "trade-ins; cars traded in", "deal_id>sales_deal make:cat(Toyota|Ford|VW|BMW|Kia) model:name appraised_value:money"),
+        ("financing_contract", "car loans; financing contracts", "deal_id>sales_deal lender:name apr_pct:pct term_months:qty monthly_payment:money"),
+        ("test_drive", "test drives; drives booked", "vehicle_id>vehicle_for_sale buyer_id>buyer driven_at:ts duration_minutes:qty"),
+    )),
+    Domain("outpatient_clinic", "opc", "Outpatient clinic: patients, doctors, appointments, referrals and insurance claims billed.", (
+        ("clinic_patient", "patients; people seen at the clinic", "full_name:person birth_date:date insurance_provider:cat(Aetna|Cigna|Medicare|none) city:city"),
+        ("doctor", "doctors; clinicians", "full_name:person specialty:cat(family_medicine|dermatology|cardiology|pediatrics)"),
+        ("appointment", "appointments; visits", "patient_id>clinic_patient doctor_id>doctor scheduled_at:ts visit_reason:cat(checkup|follow_up|acute|vaccination) no_show:bool copay:money"),
+        ("referral", "referrals; specialist referrals", "appointment_id>appointment referred_to:cat(radiology|physiotherapy|cardiology|surgery) referred_on:date urgent:bool"),
+        ("clinic_claim", "insurance claims billed; claims", "appointment_id>appointment billed_amount:money paid_amount:money claim_status:cat(submitted|paid|denied)"),
+    )),
+    Domain("podcast_network", "pod", "Podcast network: shows, episodes, hosts, listeners, downloads and sponsorship deals.", (
+        ("podcast_show", "podcasts; shows", "show_title:name category:cat(news|comedy|true_crime|business|sports) launched_on:date"),
+        ("show_host", "hosts; presenters", "full_name:person show_id>podcast_show"),
+        ("episode", "episodes; podcast episodes", "show_id>podcast_show episode_title:name published_on:date duration_minutes:qty explicit:bool"),
+        ("podcast_listener", "listeners; podcast subscribers", "username:code country:country app:cat(apple|spotify|web|android)"),
+        ("episode_download", "downloads; episode downloads", "episode_id>episode listener_id>podcast_listener downloaded_at:ts completed:bool"),
+        ("sponsorship", "sponsors; sponsorship deals", "show_id>podcast_show sponsor_name:name cpm_rate:money starts_on:date impressions:qty"),
+    )),
+    Domain("it_service_desk", "itsd", "Internal IT service desk: staff incidents, IT assets, technicians and change requests.", (
+        ("staff_member", "staff; employees who report problems", "full_name:person department:cat(Finance|Sales|Engineering|HR) office_city:city"),
+        ("technician", "technicians; IT engineers", "full_name:person tier:cat(L1|L2|L3)"),
+        ("it_asset", "laptops and devices; IT assets", "asset_tag:code asset_type:cat(laptop|monitor|phone|server) assigned_to_id>staff_member purchased_on:date purchase_cost:money"),
+        ("incident", "incidents; IT outages and faults", "reported_by_id>staff_member technician_id>technician asset_id>it_asset opened_at:ts resolved_at:ts severity:cat(sev1|sev2|sev3|sev4) category:cat(network|hardware|software|access)"),
+        ("change_request", "change requests; planned changes", "technician_id>technician planned_for:ts risk:cat(low|medium|high) approved:bool"),
+    )),
+    Domain("vacation_rentals", "vr", "Vacation rentals marketplace: hosts, rental homes, guests' stays, reviews and host payouts.", (
+        ("host", "hosts; home owners renting out", "full_name:person superhost:bool joined_on:date"),
+        ("rental_home", "rental homes; cabins and villas", "host_id>host city:city home_type:cat(cabin|apartment|villa|cottage) bedrooms:qty nightly_price:money"),
+        ("stay", "stays; trips booked by guests", "home_id>rental_home guest_name:person arrives_on:date departs_on:date nights:qty total_paid:money cancelled:bool"),
+        ("stay_review", "reviews; guest ratings", "stay_id>stay stars:qty cleanliness:qty written_on:date"),
+        ("host_payout", "host payouts; money paid to hosts", "host_id>host paid_on:date payout_amount:money"),
+    )),
+    Domain("fantasy_sports", "fan", "Fantasy sports game: managers, fantasy teams, drafted players, gameweek points and mini-leagues.", (
+        ("manager", "managers; fantasy players", "username:code country:country joined_on:date"),
+        ("fantasy_team", "fantasy teams; squads", "manager_id>manager team_name:name budget_left:money"),
+        ("drafted_player", "drafted players; picks", "fantasy_team_id>fantasy_team player_name:person real_club:name position:cat(goalkeeper|defender|midfielder|forward) price:money"),
+        ("gameweek_score", "gameweek points; weekly scores", "fantasy_team_id>fantasy_team week:qty points:qty transfers_made:qty"),
+        ("mini_league", "mini-leagues; private leagues", "league_name:name entry_fee:money members:qty"),
+    )),
+)
+#: The domain each sibling overlaps.
+SIBLING_OF = {"travel_agency": "airline_ops", "admissions_office": "university_sis", "car_dealership": "car_rental",
+              "outpatient_clinic": "hospital_ehr", "podcast_network": "music_streaming",
+              "it_service_desk": "customer_support", "vacation_rentals": "hotel_bookings",
+              "fantasy_sports": "sports_league"}
+#: Databases of the extended test bed written without a PRIMARY KEY or REFERENCES (the rows are the same).
+KEYLESS = ("library_catalog", "fitness_club", "legal_practice", "podcast_network", "vacation_rentals")
+
+
 # --- columns, tables, databases ------------------------------------------------------------------
 
 SQL_TYPES = {
@@ -424,13 +499,15 @@ class Table:
 
 @dataclass
 class Database:
-    """A test-bed database: tables, a description, sample questions (for the index) and held-out ones."""
+    """A test-bed database: tables, a description, sample questions (for the index) and held-out ones; `keys`
+    False when it is written without declared keys."""
 
     name: str
     description: str
     tables: list[Table]
     sample_questions: list[str] = field(default_factory=list)
     test_questions: list[str] = field(default_factory=list)
+    keys: bool = True
 
 
 def _rng(seed: int, *parts: object) -> random.Random:
@@ -705,6 +782,23 @@ def make_test_bed(n_databases: int = 36, seed: int = 42, *, tests_per_db: int = 
     return out
 
 
+def make_extended_bed(seed: int = 42, *, tests_per_db: int = 8, rows: tuple[int, int] = (3, 6),
+                      width: tuple[int, int] = (6, 16)) -> list[Database]:
+    """The 36-database test bed, plus a sibling of eight of its domains (`SIBLINGS`: every entity and a few
+    satellites), with the databases of `KEYLESS` written without declared keys."""
+    bed = make_test_bed(len(DOMAINS), seed, tests_per_db=tests_per_db, rows=rows, width=width)
+    for domain in SIBLINGS:
+        size = len(domain.entities) + _rng(seed, "sibling", domain.name).randint(2, 6)
+        tables = _with_rows(domain_tables(domain, size, seed, width=width), seed, rows)
+        pool = question_pool(tables, seed, domain.name)
+        n_samples = _rng(seed, "n_samples", domain.name).randint(5, 8)
+        bed.append(Database(domain.name, domain.description, tables, pool[:n_samples],
+                            pool[n_samples:n_samples + tests_per_db]))
+    for db in bed:
+        db.keys = db.name not in KEYLESS
+    return bed
+
+
 # --- writing -------------------------------------------------------------------------------------
 
 
@@ -718,13 +812,14 @@ def _literal(value: object) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
-def ddl_script(tables: list[Table], *, dialect: str = "sqlite") -> str:
+def ddl_script(tables: list[Table], *, dialect: str = "sqlite", keys: bool = True) -> str:
     """CREATE TABLE and INSERT statements; foreign keys inline (SQLite) or added at the end (PostgreSQL,
-    which wants the referenced table to exist)."""
-    pk_of = {t.name: t.pk for t in tables}
+    which wants the referenced table to exist); without `keys`, no PRIMARY KEY and no REFERENCES."""
+    pk_of = {t.name: t.pk for t in tables} if keys else {}
     parts, later = [], []
     for table in tables:
-        defs = [f'"{c.name}" {c.sql_type}{" PRIMARY KEY" if c.kind == "pk" else ""}' for c in table.columns]
+        defs = [f'"{c.name}" {c.sql_type}{" PRIMARY KEY" if c.kind == "pk" and keys else ""}'
+                for c in table.columns]
         fks = [f'FOREIGN KEY ("{c.name}") REFERENCES "{c.ref}" ("{pk_of[c.ref]}")'
                for c in table.columns if c.kind == "fk" and c.ref in pk_of]
         if dialect == "sqlite":
@@ -738,12 +833,12 @@ def ddl_script(tables: list[Table], *, dialect: str = "sqlite") -> str:
     return "\n".join(parts + later)
 
 
-def write_sqlite(tables: list[Table], path: Path) -> Path:
-    """Write the tables and rows to a new SQLite file."""
+def write_sqlite(tables: list[Table], path: Path, *, keys: bool = True) -> Path:
+    """Write the tables and rows to a new SQLite file (without declared keys unless `keys`)."""
     path.unlink(missing_ok=True)
     conn = sqlite3.connect(path)
     try:
-        conn.executescript("BEGIN;\n" + ddl_script(tables) + "\nCOMMIT;")
+        conn.executescript("BEGIN;\n" + ddl_script(tables, keys=keys) + "\nCOMMIT;")
     finally:
         conn.close()
     return path
