@@ -4,12 +4,13 @@ For each size, in a process of its own (so each peak RSS is that size's alone), 
 
 - cold build (nothing cached), stage by stage; the index kind FAISS chose and its file size;
 - a rebuild with nothing changed, and an incremental rebuild after ALTER TABLE … ADD COLUMN in one table;
-- retrieval (`Retriever.schema_for`, question embedding included) and routing (`route` over the schema's
-  datasource) latency p50/p95 over the same questions, after the live index is loaded;
-- peak RSS of the process and the state folder's size.
+- then, in a fresh process that loads the live build as an ask run does: retrieval (`Retriever.schema_for`,
+  question embedding included) and routing (`route` over the schema's datasource) latency p50/p95 over the same
+  questions, and that process's peak RSS (serving); the build's own peak RSS is reported beside it;
+- the FAISS index file and the state folder's size.
 
 Targets on 2 cores: cold build ≤ 60 s at 1,200 tables; incremental ≤ 3 s; retrieval p95 ≤ 20 ms at 1,200 and
-≤ 50 ms at 20,000 tables; RSS ≤ 1.5 GB at 20,000. Writes index_scale.json and a plot of each cost against the
+≤ 50 ms at 20,000 tables; RSS ≤ 1.5 GB at 20,000 (checked on serving). Writes index_scale.json and a plot of each cost against the
 number of tables (index_scale.png, needs matplotlib: `pip install -e '.[bench]'`).
 
     .venv/bin/python benchmarks/perf/index_scale.py [--sizes 1200,5000,20000] [--questions 200] [--seed 42]
@@ -53,58 +54,72 @@ def folder_mb(path: Path) -> float:
     return round(sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20, 1)
 
 
-def measure_size(n_tables: int, seed: int, questions: int, threads: int, quiet: bool) -> dict[str, Any]:
-    """Every figure for one schema size (run in a process of its own)."""
+def build_size(n_tables: int, seed: int, questions: int, threads: int, work: Path, quiet: bool) -> dict[str, Any]:
+    """Cold, unchanged and incremental builds of one schema size into `work/state` (a process of its own); the
+    questions the serving run times go to `work/questions.json`."""
     schemas = load_schemas()
-    with tempfile.TemporaryDirectory(prefix="nl2sql-scale-") as tmp:
-        work = Path(tmp)
-        tables, gen_s = timed(lambda: schemas.wide_schema(n_tables, seed))
-        path = schemas.write_sqlite(tables, work / "wide.sqlite")
-        store = StateStore(work / "state")
-        embedder = Embedder(threads=threads)
-        embedder.embed(["warm up"])
-        adapter = adapter_class("sqlite")("wide", f"sqlite:///{path}")
-        profile = ProfileSettings()
-        out: dict[str, Any] = {"tables": len(tables), "columns": sum(len(t.columns) for t in tables),
-                               "generate_s": round(gen_s, 2), "rss_before_build_mb": rss_mb()}
-        log(quiet, f"{n_tables} tables: cold build")
-        result, wall = timed(lambda: build_datasource(adapter, store, embedder, profile=profile))
-        out["cold"] = build_figures(result, wall)
-        out["cold"]["entries_per_s"] = round(out["cold"]["entries"] / wall, 1)
-        build = store.live_build("wide")
-        assert build is not None
-        out["index_file_mb"] = round(store.index_path("wide", build.build_id).stat().st_size / 2**20, 1)
-        log(quiet, f"{n_tables} tables: rebuild with nothing changed, then one table altered")
-        result, wall = timed(lambda: build_datasource(adapter, store, embedder, profile=profile))
-        out["unchanged"] = build_figures(result, wall)
-        target = next(t for t in tables if t.phrases)
-        with sqlite3.connect(path) as conn:
-            conn.execute(f'ALTER TABLE "{target.name}" ADD COLUMN "loyalty_points" INTEGER')
-        conn.close()
-        result, wall = timed(lambda: build_datasource(adapter, store, embedder, profile=profile))
-        out["incremental"] = build_figures(result, wall) | {"altered_table": target.name}
-        adapter.close()
+    tables, gen_s = timed(lambda: schemas.wide_schema(n_tables, seed))
+    path = schemas.write_sqlite(tables, work / "wide.sqlite")
+    (work / "questions.json").write_text(json.dumps(schemas.question_pool(tables, seed, "wide")[:questions]))
+    store = StateStore(work / "state")
+    embedder = Embedder(threads=threads)
+    embedder.embed(["warm up"])
+    adapter = adapter_class("sqlite")("wide", f"sqlite:///{path}")
+    profile = ProfileSettings()
+    out: dict[str, Any] = {"tables": len(tables), "columns": sum(len(t.columns) for t in tables),
+                           "generate_s": round(gen_s, 2)}
+    log(quiet, f"{n_tables} tables: cold build")
+    result, wall = timed(lambda: build_datasource(adapter, store, embedder, profile=profile))
+    out["cold"] = build_figures(result, wall) | {"entries_per_s": round(sum(result.counts.values()) / wall, 1)}
+    build = store.live_build("wide")
+    assert build is not None
+    out["index_file_mb"] = round(store.index_path("wide", build.build_id).stat().st_size / 2**20, 1)
+    log(quiet, f"{n_tables} tables: rebuild with nothing changed, then one table altered")
+    result, wall = timed(lambda: build_datasource(adapter, store, embedder, profile=profile))
+    out["unchanged"] = build_figures(result, wall)
+    target = next(t for t in tables if t.phrases)
+    with sqlite3.connect(path) as conn:
+        conn.execute(f'ALTER TABLE "{target.name}" ADD COLUMN "loyalty_points" INTEGER')
+    conn.close()
+    result, wall = timed(lambda: build_datasource(adapter, store, embedder, profile=profile))
+    out["incremental"] = build_figures(result, wall) | {"altered_table": target.name}
+    adapter.close()
+    store.close()
+    return out | {"state_mb": folder_mb(work / "state"), "build_peak_rss_mb": rss_mb()}
 
-        log(quiet, f"{n_tables} tables: retrieval and routing latency")
-        pool = schemas.question_pool(tables, seed, "wide")[:questions]
-        retriever = Retriever(store, embedder)
-        _, load_s = timed(lambda: retriever.live("wide"))
-        defaults = RoutingSettings()
 
-        def routed(question: str) -> Any:
-            return route(retriever, question, ["wide"], lambda _d, _t: True, floor_ratio=defaults.floor_ratio,
-                         limit=defaults.shortlist)
+def serve_size(threads: int, work: Path, quiet: bool) -> dict[str, Any]:
+    """Retrieval and routing latency from the live build in `work/state`, in a fresh process (as an ask run
+    loads it): its peak RSS is what serving this schema costs."""
+    questions = json.loads((work / "questions.json").read_text())
+    store = StateStore(work / "state")
+    embedder = Embedder(threads=threads)
+    retriever = Retriever(store, embedder)
+    _, load_s = timed(lambda: retriever.live("wide"))
+    defaults = RoutingSettings()
 
-        retriever.schema_for(pool[0], "wide", lambda _t: True)
-        routed(pool[0])
-        retrieval, routing = [], []
-        for question in pool:
-            retrieval.append(timed(lambda q=question: retriever.schema_for(q, "wide", lambda _t: True))[1])
-            routing.append(timed(lambda q=question: routed(q))[1])
-        out |= {"index_load_s": round(load_s, 2), "questions": len(pool), "retrieval": percentiles(retrieval),
-                "routing": percentiles(routing), "state_mb": folder_mb(work / "state"), "peak_rss_mb": rss_mb()}
-        store.close()
-    return out
+    def routed(question: str) -> Any:
+        return route(retriever, question, ["wide"], lambda _d, _t: True, floor_ratio=defaults.floor_ratio,
+                     limit=defaults.shortlist)
+
+    log(quiet, "retrieval and routing latency")
+    retriever.schema_for(questions[0], "wide", lambda _t: True)
+    routed(questions[0])
+    retrieval, routing = [], []
+    for question in questions:
+        retrieval.append(timed(lambda q=question: retriever.schema_for(q, "wide", lambda _t: True))[1])
+        routing.append(timed(lambda q=question: routed(q))[1])
+    store.close()
+    return {"index_load_s": round(load_s, 2), "questions": len(questions), "retrieval": percentiles(retrieval),
+            "routing": percentiles(routing), "peak_rss_mb": rss_mb()}
+
+
+def worker(*args: str) -> dict[str, Any]:
+    """This script run as a worker (its own process, so each peak RSS is its own); its JSON answer."""
+    done = subprocess.run([sys.executable, __file__, *args], stdout=subprocess.PIPE, text=True)
+    if done.returncode != 0:  # its traceback went to stderr above
+        sys.exit(f"the worker {' '.join(args)} failed (exit {done.returncode})")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def checks(report: dict[str, Any]) -> dict[str, bool | None]:
@@ -128,7 +143,7 @@ def checks(report: dict[str, Any]) -> dict[str, bool | None]:
                                                      TARGETS["retrieval_p95_ms@1200"]),
             "retrieval_p95_le_50ms_at_20000": within(at(20_000, "retrieval", "p95_ms"),
                                                       TARGETS["retrieval_p95_ms@20000"]),
-            "peak_rss_le_1_5gb_at_20000": within(at(20_000, "peak_rss_mb"), TARGETS["peak_rss_mb@20000"])}
+            "serving_rss_le_1_5gb_at_20000": within(at(20_000, "peak_rss_mb"), TARGETS["peak_rss_mb@20000"])}
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
@@ -149,7 +164,8 @@ def plot(report: dict[str, Any], path: Path) -> None:
                                       ("retrieval p95", [r["retrieval"]["p95_ms"] for r in rows]),
                                       ("routing p95", [r["routing"]["p95_ms"] for r in rows])],
          [(1200, TARGETS["retrieval_p95_ms@1200"]), (20_000, TARGETS["retrieval_p95_ms@20000"])]),
-        (axes[1][0], "peak RSS (MB)", [("process", [r["peak_rss_mb"] for r in rows])],
+        (axes[1][0], "peak RSS (MB)", [("serving", [r["peak_rss_mb"] for r in rows]),
+                                       ("building", [r["build_peak_rss_mb"] for r in rows])],
          [(20_000, TARGETS["peak_rss_mb@20000"])]),
         (axes[1][1], "on disk (MB)", [("FAISS index", [r["index_file_mb"] for r in rows]),
                                       ("state folder", [r["state_mb"] for r in rows])], []),
@@ -188,31 +204,34 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--threads", type=int, default=2, help="embedder threads")
     parser.add_argument("--out", type=Path, default=HERE / "index_scale.json")
     parser.add_argument("--plot", type=Path, default=HERE / "index_scale.png")
-    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a worker: one size, JSON on stdout
+    parser.add_argument("--build", type=int, help=argparse.SUPPRESS)  # a worker: build one size into --work
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # a worker: serve from --work
+    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
-    if args.one:
-        print(json.dumps(measure_size(args.one, args.seed, args.questions, args.threads, args.quiet)))
+    if args.build or args.serve:
+        figures = (build_size(args.build, args.seed, args.questions, args.threads, args.work, args.quiet)
+                   if args.build else serve_size(args.threads, args.work, args.quiet))
+        print(json.dumps(figures))
         return {}
     report: dict[str, Any] = {"commit": commit(), "seed": args.seed, "cpus": os.cpu_count(), "threads": args.threads,
                               "questions": args.questions, "targets": TARGETS, "sizes": {}}
+    common = ["--seed", str(args.seed), "--questions", str(args.questions), "--threads", str(args.threads),
+              *(["--quiet"] if args.quiet else [])]
     for n in (int(s) for s in args.sizes.split(",")):
         started = time.perf_counter()
-        worker = subprocess.run([sys.executable, __file__, "--one", str(n), "--seed", str(args.seed),
-                                 "--questions", str(args.questions), "--threads", str(args.threads),
-                                 *(["--quiet"] if args.quiet else [])], stdout=subprocess.PIPE, text=True)
-        if worker.returncode != 0:  # its traceback went to stderr above
-            sys.exit(f"the {n}-table run failed (exit {worker.returncode})")
-        report["sizes"][str(n)] = json.loads(worker.stdout.strip().splitlines()[-1])
+        with tempfile.TemporaryDirectory(prefix="nl2sql-scale-") as tmp:
+            built = worker("--build", str(n), "--work", tmp, *common)
+            report["sizes"][str(n)] = built | worker("--serve", "--work", tmp, *common)
         log(args.quiet, f"{n} tables done in {time.perf_counter() - started:.0f} s")
     report["checks"] = checks(report)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"{'tables':>8} {'cold s':>8} {'incr s':>7} {'entries':>8} {'index':>6} {'retr p50':>9} {'retr p95':>9} "
-          f"{'route p95':>9} {'RSS MB':>7} {'idx MB':>7}")
+          f"{'route p95':>9} {'RSS MB':>7} {'build MB':>8} {'idx MB':>7}")
     for n, r in report["sizes"].items():
         print(f"{int(n):>8,} {r['cold']['wall_s']:>8} {r['incremental']['wall_s']:>7} {r['cold']['entries']:>8} "
               f"{r['cold']['index_kind']:>6} {r['retrieval']['p50_ms']:>9} {r['retrieval']['p95_ms']:>9} "
-              f"{r['routing']['p95_ms']:>9} {r['peak_rss_mb']:>7} {r['index_file_mb']:>7}")
+              f"{r['routing']['p95_ms']:>9} {r['peak_rss_mb']:>7} {r['build_peak_rss_mb']:>8} {r['index_file_mb']:>7}")
     print(json.dumps(report["checks"], indent=1))
     try:
         plot(report, args.plot)

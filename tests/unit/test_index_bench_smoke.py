@@ -81,3 +81,62 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path, capsys: pytest.Cap
     assert routing["latency"]["p50_ms"] > 0
     assert set(report["checks"]) == {"full_build_le_60s", "incremental_le_3s", "retrieval_p95_le_50ms",
                                      "recall_at_20_ge_0_99", "routing_top1_ge_95pct"}
+
+
+def load_script(name: str, path: Path) -> ModuleType:
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def test_the_wide_schema_grows_by_regional_copies_of_the_domains() -> None:
+    schemas = load_bench().load_schemas()
+    small, large = schemas.wide_schema(1200, seed=7), schemas.wide_schema(2600, seed=7)
+    assert len({t.name for t in large}) == len(large) == 2600
+    assert not any("_emea_" in t.name for t in small)
+    copies = [t for t in large if t.name.startswith("sales_emea_")]
+    assert copies and all(any(c.ref == "sales_emea_customer" for c in t.columns if c.kind == "fk")
+                          for t in copies if t.name == "sales_emea_sales_order")
+
+
+def test_the_extended_bed_adds_siblings_and_databases_without_keys(tmp_path: Path) -> None:
+    import sqlite3
+
+    schemas = load_bench().load_schemas()
+    bed = {db.name: db for db in schemas.make_extended_bed(seed=7, tests_per_db=3)}
+    assert len(bed) == len(schemas.DOMAINS) + len(schemas.SIBLINGS) and set(schemas.SIBLING_OF) <= set(bed)
+    for sibling, domain in schemas.SIBLING_OF.items():  # the same subject, other names
+        assert not {t.name for t in bed[sibling].tables} & {t.name for t in bed[domain].tables}
+        assert len(bed[sibling].test_questions) == 3
+    assert {name for name, db in bed.items() if not db.keys} == set(schemas.KEYLESS)
+    keyless = bed["podcast_network"]
+    path = schemas.write_sqlite(keyless.tables, tmp_path / "pod.sqlite", keys=keyless.keys)
+    with sqlite3.connect(path) as conn:
+        for table in keyless.tables:
+            assert not any(row[5] for row in conn.execute(f'PRAGMA table_info("{table.name}")'))
+            assert not list(conn.execute(f'PRAGMA foreign_key_list("{table.name}")'))
+            assert conn.execute(f'SELECT COUNT(*) FROM "{table.name}"').fetchone()[0] == len(table.rows)
+    conn.close()
+
+
+@pytest.mark.slow
+def test_the_scale_benchmark_reports_each_size_and_plots_them(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    scale = load_script("nl2sql_bench_index_scale", BENCH.parent / "index_scale.py")
+    out, plot = tmp_path / "scale.json", tmp_path / "scale.png"
+    report = scale.main(["--sizes", "20,40", "--questions", "5", "--quiet", "--out", str(out), "--plot", str(plot)])
+    assert json.loads(out.read_text()) == report and set(report["sizes"]) == {"20", "40"}
+    for figures in report["sizes"].values():
+        assert figures["cold"]["embedded"] == figures["cold"]["entries"] > 0
+        assert figures["incremental"]["changed_tables"] == 1 and figures["unchanged"]["embedded"] == 0
+        assert 0 < figures["retrieval"]["p50_ms"] <= figures["retrieval"]["p95_ms"]
+        assert figures["routing"]["n"] == 5 and figures["peak_rss_mb"] > 0 and figures["index_file_mb"] > 0
+    assert report["checks"]["incremental_le_3s_every_size"] is True
+    assert report["checks"]["retrieval_p95_le_50ms_at_20000"] is None  # not run at that size
+    assert "tables" in capsys.readouterr().out
+    if importlib.util.find_spec("matplotlib"):
+        assert plot.read_bytes()[:4] == b"\x89PNG"
