@@ -1,4 +1,4 @@
-"""`nl2sql plan render|run`: for people writing gold plans."""
+"""`nl2sql plan render|run`: for people writing gold plans; `nl2sql plan forget`: the plan cache emptied."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from nl2sql.datasources import Adapter
     from nl2sql.plan import PlanModel, ValidatedPlan
 
-plan_app = typer.Typer(help="Typed query plans: render them as SQL, run them.", no_args_is_help=True)
+plan_app = typer.Typer(help="Typed query plans: render them as SQL, run them; forget cached ones.",
+                        no_args_is_help=True)
 app.add_typer(plan_app, name="plan")
 
 PlanFile = Annotated[Path, typer.Argument(help="A plan as JSON or YAML (bare, or under a 'plan' key).")]
@@ -80,6 +81,26 @@ def plan_run(
         return
     console.print(f"[dim]{escape(sql)}[/]")
     print_rows(result)
+
+
+@plan_app.command("forget")
+def plan_forget(
+    ctx: typer.Context,
+    datasource: Annotated[str | None, typer.Option("--datasource", "-d", help="Only this datasource's plans.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Drop the plans the question path cached (settings.pipeline.plan_cache): the next question asks the planner."""
+    from nl2sql.index.store import StateStore
+
+    config = ctx.obj.config()
+    if datasource is not None:
+        config.datasource(datasource)  # an unknown id is an error naming the known ones
+    forgotten = StateStore(config.state_dir).forget_plans(datasource)
+    if as_json:
+        typer.echo(json.dumps({"forgotten": forgotten, "datasource": datasource}))
+        return
+    console.print(f"Forgot {forgotten} cached plan{'' if forgotten == 1 else 's'}"
+                  f"{f' of {datasource}' if datasource else ''}.")
 
 
 def _validated(config: Config, plan: PlanModel, datasource: str, role: str | None,

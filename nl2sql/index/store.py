@@ -355,6 +355,13 @@ class StateStore:
             conn.execute("INSERT OR REPLACE INTO plan_cache (cache_key, datasource_id, fingerprint, plan, created_at) "
                          "VALUES (?, ?, ?, ?, ?)", (cache_key, datasource_id, fingerprint, plan_json, time.time()))
 
+    def forget_plans(self, datasource_id: str | None = None) -> int:
+        """Drop the cached plans (of one datasource, or all); how many."""
+        with self.connect() as conn:
+            if datasource_id is None:
+                return conn.execute("DELETE FROM plan_cache").rowcount
+            return conn.execute("DELETE FROM plan_cache WHERE datasource_id = ?", (datasource_id,)).rowcount
+
     def save_trace(self, trace_id: str, question: str, status: str, document: dict) -> None:
         """Store a run's trace document (steps, sizes, explanations, SQL, timings; never rows past the preview)."""
         with self.connect() as conn:

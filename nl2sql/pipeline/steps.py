@@ -5,12 +5,15 @@ the executors (inline, Prefect) run them. Steps raise the engine's errors; the e
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.metadata
 import json
 import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from nl2sql.aggregate import CombineSpec, Frame, JoinKeyPair, combine
@@ -240,10 +243,37 @@ def _scope_key(ctx: RunContext, state: RunState, datasource_id: str) -> str:
 
 
 def plan_cache_key(ctx: RunContext, state: RunState, sq: SubQuery, fingerprint: str) -> str:
-    """The plan cache's key: question, datasource, schema fingerprint, and the caller's scope."""
+    """The plan cache's key: question, datasource, schema fingerprint, the caller's scope, and the engine's plan
+    rules (`plan_rules_revision`), so an engine that reads a model's plans differently never serves a plan an
+    earlier one kept."""
     parts = [" ".join(sq.question.lower().split()), sq.datasource_id, fingerprint,
-             _scope_key(ctx, state, sq.datasource_id), ",".join(c.name for c in sq.expected_columns)]
+             _scope_key(ctx, state, sq.datasource_id), ",".join(c.name for c in sq.expected_columns),
+             plan_rules_revision()]
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+
+#: The code that turns a model's answer into the plan that runs: its prompts, the plan language, validation,
+#: repairs, readings against the question, the answer's shape, and the result checks that send a plan back.
+PLAN_RULES = ("nl2sql/plan", "nl2sql/pipeline/prompts.py", "nl2sql/pipeline/steps.py", "nl2sql/sanity")
+
+
+@functools.cache
+def plan_rules_revision() -> str:
+    """A digest of the engine's version and the source of `PLAN_RULES`: it changes with any change to them."""
+    root = Path(__file__).resolve().parents[2]
+    digest = hashlib.sha256(_engine_version().encode())
+    for part in PLAN_RULES:
+        path = root / part
+        for source in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            digest.update(source.relative_to(root).as_posix().encode() + b"\0" + source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _engine_version() -> str:
+    try:
+        return importlib.metadata.version("nl2sql-engine")
+    except importlib.metadata.PackageNotFoundError:  # a checkout run without installing it
+        return "unknown"
 
 
 def _fingerprint(ctx: RunContext, datasource_id: str) -> str:

@@ -98,6 +98,18 @@ def test_the_plan_cache_skips_the_planner_the_second_time(project: Config, model
     assert second.sub_queries[0].rows == first.sub_queries[0].rows
 
 
+def test_a_cached_plan_is_not_served_by_an_engine_whose_plan_rules_changed(project: Config, model: ModelScript,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from nl2sql.pipeline import steps
+
+    question = "Which genres are listed?"
+    model.plan(question, GENRES_PLAN)
+    assert ask(project, question, "analyst").sub_queries[0].source == "planner"
+    assert ask(project, question, "analyst").sub_queries[0].source == "plan_cache"
+    monkeypatch.setattr(steps, "plan_rules_revision", lambda: "another-engine")
+    assert ask(project, question, "analyst").sub_queries[0].source == "planner"
+
+
 def test_a_cross_database_question_joins_chinook_customers_with_support_tickets(project: Config,
                                                                                model: ModelScript) -> None:
     question = "Support tickets opened per customer, with the customer's country"

@@ -61,3 +61,22 @@ def test_invalid_plan_names_the_key(capsys, tmp_path: Path) -> None:
     bad.write_text(json.dumps({"select": [], "from": {"table": 3}}))
     code, _, err = run_cli(capsys, "plan", "render", str(bad))
     assert code == 2 and "PLAN_FILE_INVALID" in err and "from.table" in err
+
+
+def test_forget_drops_the_cached_plans_of_a_datasource(capsys, demo_dir: Path) -> None:
+    from nl2sql.config import load_config
+    from nl2sql.index.store import StateStore
+
+    config = load_config(demo_dir / "nl2sql.yaml")
+    store = StateStore(config.state_dir)
+    for key, datasource in (("a", "chinook"), ("b", "chinook"), ("c", "support")):
+        store.cache_plan(f"forget-{key}", datasource, "fp", json.dumps(REVENUE_PER_COUNTRY))
+    args = ("-c", str(demo_dir / "nl2sql.yaml"), "plan", "forget")
+    code, out, err = run_cli(capsys, *args, "-d", "chinook", "--json")
+    assert code == 0, err
+    assert json.loads(out) == {"forgotten": 2, "datasource": "chinook"}
+    assert store.cached_plan("forget-c") is not None and store.cached_plan("forget-a") is None
+    code, out, _ = run_cli(capsys, *args)
+    assert code == 0 and "Forgot 1 cached plan." in out
+    code, _, err = run_cli(capsys, *args, "-d", "nowhere")
+    assert code == 2 and "Unknown datasource 'nowhere'" in err
