@@ -14,7 +14,7 @@ Targets on 2 cores: cold build ≤ 60 s at 1,200 tables; incremental ≤ 3 s; re
 number of tables (index_scale.png, needs matplotlib: `pip install -e '.[bench]'`).
 
     .venv/bin/python benchmarks/perf/index_scale.py [--sizes 1200,5000,20000] [--questions 200] [--seed 42]
-        [--out FILE] [--plot FILE]
+        [--out FILE] [--plot FILE] [--replot]
 """
 
 from __future__ import annotations
@@ -170,6 +170,8 @@ def plot(report: dict[str, Any], path: Path) -> None:
         (axes[1][1], "on disk (MB)", [("FAISS index", [r["index_file_mb"] for r in rows]),
                                       ("state folder", [r["state_mb"] for r in rows])], []),
     ]
+    for ax in (axes[0][0], axes[0][1]):  # seconds to a thousand, milliseconds to a second: a log scale reads both
+        ax.set_yscale("log")
     for ax, label, series, targets in panels:
         for name, values in series:
             ax.plot(sizes, values, marker="o", label=name)
@@ -207,8 +209,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--build", type=int, help=argparse.SUPPRESS)  # a worker: build one size into --work
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # a worker: serve from --work
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--replot", action="store_true", help="only draw the plot again from --out's report")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
+    if args.replot:
+        report = json.loads(args.out.read_text())
+        plot(report, args.plot)
+        return report
     if args.build or args.serve:
         figures = (build_size(args.build, args.seed, args.questions, args.threads, args.work, args.quiet)
                    if args.build else serve_size(args.threads, args.work, args.quiet))
