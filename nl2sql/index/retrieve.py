@@ -1,7 +1,9 @@
 """Schema retrieval for one datasource: which tables and columns the planner sees for a question.
 
 Only entries the caller may see are searched, returned or counted: an entry counts when every
-table it is about is in the caller's scope.
+table it is about is in the caller's scope. What a caller may see of a build (its tables, the entries
+routing counts and retrieval scores, BM25's word counts) is worked out once per scope and kept with the
+build (`ScopeView`), so a question costs FAISS's scoring of those entries and no walk over every entry.
 
 Tables. Each allowed table scores its best entry's similarity (the table's own entry, one of its
 columns or relationships), plus bonuses for what the question says in words: the table's name
@@ -35,11 +37,12 @@ datasources is in `route.py`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
-from collections import defaultdict
-from collections.abc import Callable, Container, Sequence
+from collections import OrderedDict, defaultdict
+from collections.abc import Callable, Container, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -86,6 +89,9 @@ class LiveIndex:
     _layout: EntryLayout | None = field(default=None, repr=False)
     _terms: TermIndex | None = field(default=None, repr=False)
     _joins: dict[str, set[str]] | None = field(default=None, repr=False)
+    _kinds: dict[str, np.ndarray] | None = field(default=None, repr=False)
+    _views: OrderedDict[Hashable, ScopeView] = field(default_factory=OrderedDict, repr=False)
+    _views_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
     def of_vectors(cls, build_id: str, entries: list[Entry], vectors: np.ndarray,
@@ -93,13 +99,38 @@ class LiveIndex:
         """A live index over vectors held in memory (an edited or synthetic build)."""
         return cls(build_id, entries, flat_index(vectors), snapshot)
 
+    def view(self, allows: Allows) -> ScopeView:
+        """What a caller may see of this build (`ScopeView`), computed once per scope: `allows` is the key, so it
+        must be pure; equal predicates (a `ScopeKey` of the same scope) share one view, and an unhashable one is
+        never cached. The `VIEWS` most recently used are kept."""
+        try:
+            hash(allows)
+        except TypeError:
+            return ScopeView(self, allows)
+        with self._views_lock:
+            found = self._views.get(allows)
+            if found is not None:
+                self._views.move_to_end(allows)
+                return found
+        made = ScopeView(self, allows)
+        with self._views_lock:
+            self._views[allows] = made
+            while len(self._views) > VIEWS:
+                self._views.popitem(last=False)
+        return made
+
     def similarities(self, query: np.ndarray, visible: np.ndarray) -> np.ndarray:
         """Cosine similarity of the (unit) query to each entry `visible` (a mask over the entries) marks, −inf to
         the others: FAISS reads the visible entries' vectors only, so what a caller may not see is never scored."""
         out = np.full(len(self.entries), -np.inf, dtype=np.float32)
         ids = np.flatnonzero(visible)
-        out[ids] = similarities_of(self.index, query, ids)
+        out[ids] = self.scores(query, ids)
         return out
+
+    def scores(self, query: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """Cosine similarity of the (unit) query to the entries at `ids`, in their order: FAISS reads those
+        entries' vectors only."""
+        return similarities_of(self.index, query, ids)
 
     def vector(self, position: int) -> np.ndarray:
         """One entry's stored vector."""
@@ -116,6 +147,19 @@ class LiveIndex:
         if self._layout is None:
             self._layout = EntryLayout.of(self.entries)
         return self._layout
+
+    def kind_counts(self, wanted: frozenset[str]) -> np.ndarray:
+        """Per table of the layout, how many of the `wanted` kinds (`SchemaFacts.table_kinds`) it is."""
+        with self._views_lock:
+            if self._kinds is None:
+                kinds, tables = self.facts().table_kinds, self.layout().tables
+                names = sorted(set().union(*kinds.values())) if kinds else []
+                self._kinds = {k: np.array([k in kinds.get(t, ()) for t in tables], dtype=np.float64) for k in names}
+        out = np.zeros(len(self.layout().tables), dtype=np.float64)
+        for kind in wanted:
+            if kind in self._kinds:
+                out += self._kinds[kind]
+        return out
 
     def terms(self) -> TermIndex:
         """The words of the entries' texts, for lexical routing (computed once)."""
@@ -169,8 +213,12 @@ class TermIndex:
     def visible(self, terms: set[str], allowed: Callable[[tuple[str, ...]], bool]) -> tuple[dict[str, int], int]:
         """(occurrences of each given word, words in all) over the entries whose tables are all allowed."""
         seen = {group: allowed(group) for group in self.lengths}
+        return self.counted(terms, seen), sum(n for g, n in self.lengths.items() if seen[g])
+
+    def counted(self, terms: set[str], seen: dict[tuple[str, ...], bool]) -> dict[str, int]:
+        """Occurrences of each given word over the entries whose tables `seen` marks (words never seen left out)."""
         found = {t: sum(n for g, n in self.counts.get(t, {}).items() if seen[g]) for t in terms}
-        return {t: n for t, n in found.items() if n}, sum(n for g, n in self.lengths.items() if seen[g])
+        return {t: n for t, n in found.items() if n}
 
     def vocabulary(self, allowed: Callable[[tuple[str, ...]], bool]) -> VisibleWords:
         """The words of the entries whose tables are all allowed, as a container (checked word by word)."""
@@ -244,12 +292,117 @@ class EntryLayout:
         return cls(names, table_of, schema_kind, multi, dict(columns), table_entry, multi_tables,
                    frozenset().union(*multi_tables), by_table, starts)
 
+    @functools.cached_property
+    def position(self) -> dict[str, int]:
+        """Each table's index in `tables`."""
+        return {t: i for i, t in enumerate(self.tables)}
+
     def table_maxima(self, values: np.ndarray) -> np.ndarray:
         """Per table, the greatest of its entries' values, as float64."""
         if not len(self.tables):
             return np.zeros(0, dtype=np.float64)
         # every table has entries of its own (its name comes from one), so no group of reduceat is empty
         return np.maximum.reduceat(values[self.by_table], self.starts).astype(np.float64)
+
+
+#: The entries routing's dense evidence averages (with the description's part closest to the question).
+EVIDENCE_KINDS = frozenset({"table", "column", "relationship", "verified"})
+#: Scopes whose views (`ScopeView`) a live build keeps.
+VIEWS = 32
+
+
+@dataclass(frozen=True)
+class ScopeKey:
+    """A table predicate compared by `key` (the caller's scope) instead of by identity, so the view a live build
+    computed for one call of a scope serves every later call of it (`LiveIndex.view`)."""
+
+    key: Hashable
+    allows: Allows = field(compare=False)
+
+    def __call__(self, table: str) -> bool:
+        return self.allows(table)
+
+
+class ScopeView:
+    """One caller's part of a build, worked out once per scope so that a question costs no walk over every entry:
+    the tables it may read, the entries routing counts (every table an entry is about readable; a verified query
+    only with its tables), the schema entries retrieval scores, and BM25's word counts over what it may see."""
+
+    def __init__(self, live: LiveIndex, allows: Allows) -> None:
+        self.live, self.allows = live, allows
+
+    @functools.cached_property
+    def table_ok(self) -> dict[str, bool]:
+        """Every table some entry is about, and whether the caller may read it."""
+        return {t: bool(self.allows(t)) for t in {t for e in self.live.entries for t in e.tables}}
+
+    @functools.cached_property
+    def visible_tables(self) -> frozenset[str]:
+        """The tables entries are about that the caller may read."""
+        return frozenset(t for t, ok in self.table_ok.items() if ok)
+
+    @functools.cached_property
+    def readable(self) -> dict[str, TableInfo]:
+        """The snapshot's tables the caller may read, by qualified name, in the snapshot's order."""
+        snapshot = self.live.snapshot
+        return {name: t for t in (snapshot.tables if snapshot else []) if self.allows(name := qualified(t))}
+
+    @functools.cached_property
+    def routing_ids(self) -> np.ndarray:
+        """Positions of the entries routing counts (`chunks.counts_for`, inlined)."""
+        ok = self.table_ok
+        return np.array([i for i, e in enumerate(self.live.entries)
+                         if all(ok[t] for t in e.tables) and (e.tables or e.kind != "verified")], dtype=np.int64)
+
+    def _routing_ids_of(self, kinds: Container[str]) -> np.ndarray:
+        entries = self.live.entries
+        return np.array([i for i in self.routing_ids.tolist() if entries[i].kind in kinds], dtype=np.int64)
+
+    @functools.cached_property
+    def evidence_ids(self) -> np.ndarray:
+        """Positions among `routing_ids` of the entries routing's dense evidence averages (`route.EVIDENCE_KINDS`)."""
+        return self._routing_ids_of(EVIDENCE_KINDS)
+
+    @functools.cached_property
+    def description_ids(self) -> np.ndarray:
+        """Positions among `routing_ids` of the description's entries (whole, and by clause)."""
+        return self._routing_ids_of({"description"})
+
+    @functools.cached_property
+    def scored(self) -> np.ndarray:
+        """Mask over the entries of the schema entries retrieval scores: a table's, its columns' and its
+        relationships' (a relationship to a table the caller may not read does not count)."""
+        layout, tables = self.live.layout(), self.readable
+        allowed = np.array([t in tables for t in layout.tables] + [False], dtype=bool)  # index -1 → False
+        usable = layout.schema_kind & allowed[layout.table_of]
+        denied = {t for t in layout.multi_names if t not in tables and not self.allows(t)}
+        if denied:
+            for i, names in zip(layout.multi, layout.multi_tables, strict=True):
+                if usable[i] and not denied.isdisjoint(names):
+                    usable[i] = False
+        return usable
+
+    @functools.cached_property
+    def scored_ids(self) -> np.ndarray:
+        """Positions of the entries `scored` marks."""
+        return np.flatnonzero(self.scored)
+
+    @functools.cached_property
+    def scored_tables(self) -> frozenset[str]:
+        """The readable tables with at least one scored entry."""
+        layout = self.live.layout()
+        return frozenset(layout.tables[i] for i in np.unique(layout.table_of[self.scored_ids]).tolist())
+
+    @functools.cached_property
+    def _term_groups(self) -> tuple[dict[tuple[str, ...], bool], int]:
+        terms = self.live.terms()
+        seen = {group: all(map(self.allows, group)) for group in terms.lengths}
+        return seen, sum(n for g, n in terms.lengths.items() if seen[g])
+
+    def term_counts(self, words: set[str]) -> tuple[dict[str, int], int]:
+        """(occurrences of each given word, words in all) over the entries the caller may see (`TermIndex`)."""
+        seen, total = self._term_groups
+        return self.live.terms().counted(words, seen), total
 
 
 # --- what a question says besides its vector ---------------------------------------------------
@@ -432,6 +585,7 @@ class SchemaFacts:
     value_words: dict[str, set[tuple[str, str]]]
     vocabulary: frozenset[str]
     _by_word: dict[str, list[tuple[str, str]]] | None = field(default=None, repr=False)
+    _tables_by_word: dict[str, list[str]] | None = field(default=None, repr=False)
 
     def named_columns(self, terms: set[str] | frozenset[str], tables: Container[str]) -> set[tuple[str, str]]:
         """Columns of `tables` whose every word is among `terms` (key columns, which have none, never)."""
@@ -443,6 +597,17 @@ class SchemaFacts:
             self._by_word = dict(by_word)
         candidates = {key for term in terms for key in self._by_word.get(term, ())}
         return {key for key in candidates if key[0] in tables and self.column_words[key] <= terms}
+
+    def named_tables(self, terms: set[str] | frozenset[str], tables: Container[str]) -> set[str]:
+        """Tables of `tables` whose name's every word is among `terms` ("customers" → Customer)."""
+        if self._tables_by_word is None:
+            by_word: dict[str, list[str]] = defaultdict(list)
+            for table, spelled in self.table_words.items():
+                for word in spelled:
+                    by_word[word].append(table)
+            self._tables_by_word = dict(by_word)
+        candidates = {t for term in terms for t in self._tables_by_word.get(term, ())}
+        return {t for t in candidates if t in tables and self.table_words[t] <= terms}
 
     @classmethod
     def of(cls, snapshot: SchemaSnapshot | None, entries: Sequence[Entry]) -> SchemaFacts:
@@ -686,30 +851,24 @@ class Retriever:
             return RetrievedSchema(datasource_id, [], [])
         query = self.embed(question) if query is None else query
         facts = live.facts()
-        tables = {name: t for t in live.snapshot.tables if allows(name := qualified(t))}
-        layout = live.layout()
-        allowed = np.array([t in tables for t in layout.tables] + [False], dtype=bool)  # index -1 → False
-        usable = layout.schema_kind & allowed[layout.table_of]
-        # a relationship to a table the caller may not read does not count
-        denied = {t for t in layout.multi_names if t not in tables and not allows(t)}
-        if denied:
-            for i, names in zip(layout.multi, layout.multi_tables, strict=True):
-                if usable[i] and not denied.isdisjoint(names):
-                    usable[i] = False
-        sims = live.similarities(query, usable)  # the caller's entries only, scored by FAISS
-        maxima = layout.table_maxima(np.where(usable, sims, -np.inf))
-        finite = np.flatnonzero(np.isfinite(maxima))
-        best: dict[str, float] = defaultdict(lambda: -1.0)
-        best.update(zip([layout.tables[i] for i in finite], maxima[finite].tolist(), strict=True))
+        view = live.view(allows)  # the caller's tables and entries, worked out once per scope
+        tables, layout, scored = view.readable, live.layout(), view.scored_tables
+        sims = np.full(len(live.entries), -np.inf, dtype=np.float32)
+        sims[view.scored_ids] = live.scores(query, view.scored_ids)  # the caller's entries only
+        maxima = layout.table_maxima(sims)
         column_sims = _LazyColumnSims(live, layout, sims)
         cues = read_question(question)
-        named = {t for t, w in facts.table_words.items() if t in tables and w and w <= cues.terms}
-        valued, unmatched = facts.value_hits(cues, set(best))
-        picks = valued | facts.named_columns(cues.terms, best)
+        named = facts.named_tables(cues.terms, tables)
+        valued, unmatched = facts.value_hits(cues, scored)
+        picks = valued | facts.named_columns(cues.terms, scored)
         valued_tables = {t for t, _ in valued}
-        kinds, wanted, none = facts.table_kinds, cues.table_kinds, frozenset()
-        score = {t: best[t] + name_bonus * (t in named) + value_bonus * (t in valued_tables)
-                 + cue_bonus * len(kinds.get(t, none) & wanted) for t in best}
+        position = layout.position
+        bonus = cue_bonus * live.kind_counts(cues.table_kinds)
+        for t in named & scored:
+            bonus[position[t]] += name_bonus
+        for t in valued_tables & scored:
+            bonus[position[t]] += value_bonus
+        score = _TableScores(position, maxima + bonus, scored)
         if sum(len(t.columns) for t in tables.values()) <= whole_schema_columns:
             # small enough to send whole: nothing the question needs is left out, and in the snapshot's order the
             # prompt's schema is the same for every question (a model server's prefix cache then reuses it)
@@ -717,7 +876,7 @@ class Retriever:
             out = [_retrieved(tables[t], score.get(t, 0.0), {c.name for c in tables[t].columns}, column_sims, allows,
                               facts, "whole schema") for t in whole]
             return RetrievedSchema(datasource_id, out, _foreign_key_lines(whole, tables))
-        ranked = sorted(score, key=lambda t: -score[t])[:table_k]
+        ranked = score.top(table_k)
         table_vec = {t: live.vector(layout.table_entry[t]) for t in ranked if t in layout.table_entry}
         top = score[ranked[0]] if ranked else 0.0
         chosen = _mmr(ranked, score, table_vec, planning_k, mmr_lambda)
@@ -747,6 +906,34 @@ class Retriever:
                               min_columns=min_columns if primary else 0, column_gap=column_gap)
             out.append(_retrieved(tables[t], score.get(t, 0.0), picked, column_sims, allows, facts, reasons[t]))
         return RetrievedSchema(datasource_id, out, _foreign_key_lines(chosen, tables))
+
+
+class _TableScores(Mapping[str, float]):
+    """Each scored table's score (best similarity plus bonuses), read from one array over the layout's tables."""
+
+    def __init__(self, position: dict[str, int], values: np.ndarray, tables: frozenset[str]) -> None:
+        self._position, self._values, self._tables = position, values, tables
+
+    def __getitem__(self, table: str) -> float:
+        if table not in self._tables:
+            raise KeyError(table)
+        return float(self._values[self._position[table]])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tables)
+
+    def __len__(self) -> int:
+        return len(self._tables)
+
+    def top(self, k: int) -> list[str]:
+        """The `k` best tables, best first (ties in the layout's order)."""
+        values = self._values
+        finite = np.flatnonzero(np.isfinite(values))
+        if len(finite) > k:
+            finite = finite[np.argpartition(-values[finite], k - 1)[:k]]
+        order = finite[np.lexsort((finite, -values[finite]))]
+        tables = list(self._position)
+        return [tables[i] for i in order.tolist()]
 
 
 def _foreign_key_lines(sent: list[str], tables: dict[str, TableInfo]) -> list[str]:

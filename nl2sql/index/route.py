@@ -32,6 +32,7 @@ not read gets no vote, no similarity and no words from it.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -40,7 +41,14 @@ from typing import Literal
 
 import numpy as np
 
-from nl2sql.index.retrieve import Cues, LiveIndex, Retriever, content_terms, read_question
+from nl2sql.index.retrieve import (
+    Cues,
+    LiveIndex,
+    Retriever,
+    ScopeKey,
+    content_terms,
+    read_question,
+)
 
 ROUTE_SIGNALS = ("table", "column", "example", "verified", "description")
 RouteStrategy = Literal["evidence", "votes", "best", "normalized", "votes+best", "normalized+best"]
@@ -49,7 +57,6 @@ ROUTE_STRATEGIES: tuple[RouteStrategy, ...] = ("evidence", "votes", "best", "nor
 #: The evidence strategy: entries averaged for the dense score (with the description's part closest to the
 #: question: a description counts once, whole or by one clause), and what a point of each lexical score is worth.
 EVIDENCE_TOP = 3
-EVIDENCE_KINDS = frozenset({"table", "column", "relationship", "verified"})
 LEXICAL_WEIGHT = 0.02
 BM25_WEIGHT = 0.02
 BM25_K1, BM25_B = 1.2, 0.75
@@ -118,34 +125,35 @@ def route(retriever: Retriever, question: str, datasource_ids: Sequence[str], al
         live = retriever.live(ds)
         if live is None:
             continue
-        tables = {t: allows(ds, t) for t in {t for e in live.entries for t in e.tables}}
-        # (`chunks.counts_for`, inlined: a verified query's entry counts only with its tables, all allowed)
-        visible = [i for i, e in enumerate(live.entries)
-                   if all(tables[t] for t in e.tables) and (e.tables or e.kind != "verified")]
-        if not visible:
-            continue
-        mask = np.zeros(len(live.entries), dtype=bool)
-        mask[visible] = True
-        sims = live.similarities(query, mask)  # the caller's entries only, scored by FAISS
-        if lexical:
-            words[ds] = lexical_score(live, cues, {t for t, ok in tables.items() if ok})
-        sizes[ds] = len(visible)
-        best[ds] = float(max(sims[i] for i in visible))
+        view = live.view(ScopeKey((allows, ds), functools.partial(allows, ds)))  # worked out once per scope
         if strategy == "evidence":
             # example questions are left out here and of the floor: phrasing, not content, made them close
-            scored = [float(sims[i]) for i in visible if live.entries[i].kind in EVIDENCE_KINDS]
-            described = [float(sims[i]) for i in visible if live.entries[i].kind == "description"]
-            if described:
-                scored.append(max(described))
-            scored = sorted(scored) or [best[ds]]
-            dense[ds] = float(np.mean(scored[-EVIDENCE_TOP:]))
-            best[ds] = scored[-1]
-            term_counts[ds] = live.terms().visible(question_terms, lambda group, ok=tables: all(ok[t] for t in group))
-            continue
-        for i in visible:
-            kind = live.entries[i].kind
-            if kind in hits:
-                hits[kind].append((float(sims[i]), ds))
+            evidence, described = view.evidence_ids, view.description_ids
+            if not len(view.routing_ids):
+                continue
+            scored = live.scores(query, evidence)  # the caller's entries only, scored by FAISS
+            top = np.sort(scored)[-EVIDENCE_TOP:].tolist()
+            if len(described):
+                top = sorted([*top, float(live.scores(query, described).max())])[-EVIDENCE_TOP:]
+            if not top:  # only example questions: their best similarity stands in
+                top = [float(live.scores(query, view.routing_ids).max())]
+            dense[ds] = float(np.mean(top))
+            best[ds] = top[-1]
+            sizes[ds] = len(view.routing_ids)
+            term_counts[ds] = view.term_counts(question_terms)
+        else:
+            visible = view.routing_ids
+            if not len(visible):
+                continue
+            sims = live.scores(query, visible)
+            sizes[ds] = len(visible)
+            best[ds] = float(sims.max())
+            for i, sim in zip(visible.tolist(), sims.tolist(), strict=True):
+                kind = live.entries[i].kind
+                if kind in hits:
+                    hits[kind].append((sim, ds))
+        if lexical:
+            words[ds] = lexical_score(live, cues, view.visible_tables)
     rankings: dict[str, list[str]] = {}
     votes: dict[str, dict[str, int]] = {}
     evidence: dict[str, dict[str, float]] = {}

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from nl2sql.config.models import Config
 from nl2sql.datasources import DatasourceCatalog
 from nl2sql.errors import SecurityViolation
 from nl2sql.index.build import BuildResult, build_datasource
 from nl2sql.index.embed import Embedder, shared_embedder
-from nl2sql.index.retrieve import LiveIndex, RetrievedSchema, Retriever
+from nl2sql.index.retrieve import LiveIndex, RetrievedSchema, Retriever, ScopeKey
 from nl2sql.index.route import Routing, route
 from nl2sql.index.store import StateStore
 from nl2sql.policies import Scope, reachable_datasources, scope
@@ -47,9 +48,9 @@ class IndexService:
         reachable = reachable_datasources(self.config.policies, roles, ids)
         if not reachable:
             raise SecurityViolation(node="resolver")
-        scopes = {ds: scope(self.config.policies, roles, ds) for ds in reachable}
+        scopes = _Scopes(tuple((ds, scope(self.config.policies, roles, ds)) for ds in reachable))
         settings = self.config.settings.routing
-        return route(self.retriever, question, reachable, lambda ds, table: _allows(scopes[ds], table),
+        return route(self.retriever, question, reachable, scopes,
                      vote_k=settings.vote_k, rrf_k=settings.rrf_k, floor_ratio=settings.floor_ratio,
                      limit=settings.shortlist, strategy=settings.strategy)
 
@@ -59,7 +60,7 @@ class IndexService:
         if not caller.reachable:
             raise SecurityViolation(datasource=datasource_id, node="schema_retrieval")
         s = self.config.settings.retrieval
-        return self.retriever.schema_for(question, datasource_id, lambda table: _allows(caller, table),
+        return self.retriever.schema_for(question, datasource_id, ScopeKey(caller, partial(_allows, caller)),
                                          table_k=s.table_k, planning_k=s.planning_k,
                                          wide_table_columns=s.wide_table_columns, mmr_lambda=s.mmr_lambda,
                                          whole_schema_columns=s.whole_schema_columns)
@@ -81,6 +82,17 @@ def build_configured(config: Config, store: StateStore, embedder: Embedder | Non
                                  keep=config.storage.keep_builds, sample_questions=ds.sample_questions,
                                  verified=index_entries_of(ds),
                                  description=ds.description) for ds in config.datasources]
+
+
+@dataclass(frozen=True)
+class _Scopes:
+    """Each reachable datasource's scope, as routing asks it (`allows(datasource, table)`); compared by value, so
+    a live build's view of a scope serves every call of it."""
+
+    scopes: tuple[tuple[str, Scope], ...]
+
+    def __call__(self, datasource_id: str, table: str) -> bool:
+        return _allows(dict(self.scopes)[datasource_id], table)
 
 
 def _allows(caller: Scope, table: str) -> bool:

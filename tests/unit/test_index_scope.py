@@ -84,3 +84,33 @@ def test_the_guard_sees_what_a_caller_who_may_read_everything_reads(demo_index: 
 def _split(table: str) -> tuple[str, str | None]:
     schema, _, name = table.rpartition(".")
     return name, schema or None
+
+
+def test_each_scope_is_worked_out_once_and_never_serves_another(demo_index: IndexService) -> None:
+    live = demo_index.retriever.live("chinook")
+    assert live is not None
+    live._views.clear()
+    for _ in range(3):
+        demo_index.retrieve_schema(QUESTIONS[0], "viewer", "chinook")
+    [viewer] = live._views.values()  # one view for three calls of one scope
+    demo_index.retrieve_schema(QUESTIONS[0], "analyst", "chinook")
+    demo_index.route(QUESTIONS[0], "viewer")
+    assert len(live._views) == 3  # the analyst's, and routing's view of the viewer's scope
+    analyst = list(live._views.values())[1]
+    assert "Invoice" in analyst.readable and "Invoice" not in viewer.readable
+    assert not {t for i in viewer.scored_ids.tolist() for t in live.entries[i].tables} - set(viewer.readable)
+
+
+def test_a_predicate_that_cannot_be_hashed_is_asked_afresh(demo_index: IndexService) -> None:
+    live = demo_index.retriever.live("chinook")
+    assert live is not None
+
+    class Unhashable:
+        __hash__ = None  # type: ignore[assignment]
+
+        def __call__(self, table: str) -> bool:
+            return table == "Genre"
+
+    before = len(live._views)
+    view = live.view(Unhashable())
+    assert list(view.readable) == ["Genre"] and len(live._views) == before
