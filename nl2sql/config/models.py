@@ -444,6 +444,11 @@ class PipelineSettings(Strict):
         default=True, description="Ask the resolver model which datasources a question needs when routing's "
         "evidence is weak (more than one pick): its answer can only narrow the shortlist, never widen it or refuse "
         "(the planner says when the tables it is shown cannot answer). Off: routing's picks go to the decomposer.")
+    scope_evidence: bool = Field(
+        default=True, description="Refuse, before any model call, a question that speaks of sales (sold, revenue, "
+        "spent, bought…) on a datasource that records them only in tables the caller may not read "
+        "(`index/scope_evidence.py`): a model shown only the readable tables would answer another question. Off: "
+        "the planner decides from the tables it is shown.")
     sanity_checks: bool = Field(
         default=True, description="Check each result for the usual mistakes: a filter value the column does not "
         "hold (VALUE_NOT_FOUND), a join that repeats the rows an aggregate counts (JOIN_FAN_OUT), a column with only "

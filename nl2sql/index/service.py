@@ -13,6 +13,7 @@ from nl2sql.index.build import BuildResult, build_datasource
 from nl2sql.index.embed import Embedder, shared_embedder
 from nl2sql.index.retrieve import LiveIndex, RetrievedSchema, Retriever, ScopeKey
 from nl2sql.index.route import Routing, route
+from nl2sql.index.scope_evidence import needs_unreadable_records
 from nl2sql.index.store import StateStore
 from nl2sql.policies import Scope, reachable_datasources, scope
 from nl2sql.verified.match import index_entries_of
@@ -64,6 +65,16 @@ class IndexService:
                                          table_k=s.table_k, planning_k=s.planning_k,
                                          wide_table_columns=s.wide_table_columns, mmr_lambda=s.mmr_lambda,
                                          whole_schema_columns=s.whole_schema_columns)
+
+    def needs_unreadable_records(self, question: str, roles: Sequence[str] | str | None, datasource_id: str) -> bool:
+        """Whether the question speaks of sales that only tables outside the caller's scope record
+        (`scope_evidence.needs_unreadable_records`); False without a live build."""
+        live = self.live(datasource_id)
+        if live is None or live.snapshot is None:
+            return False
+        caller = scope(self.config.policies, roles, datasource_id)
+        view = live.view(ScopeKey(caller, partial(_allows, caller)))
+        return needs_unreadable_records(question, live.facts(), view.readable.keys())
 
     def retrieve(self, question: str, roles: Sequence[str] | str | None, datasource_id: str | None = None,
                  among: Sequence[str] | None = None) -> Retrieval:

@@ -233,7 +233,12 @@ def _ask_whole(state: RunState, datasource_id: str) -> None:
 
 
 def retrieve_schema(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
-    """The tables and columns the planner sees for this sub-query (only what the caller may read)."""
+    """The tables and columns the planner sees for this sub-query (only what the caller may read); refused when the
+    question speaks of sales this datasource records only outside the caller's scope (`settings.pipeline.
+    scope_evidence`)."""
+    if ctx.config.settings.pipeline.scope_evidence and ctx.index.needs_unreadable_records(
+            sq.question, state.roles, sq.datasource_id):
+        raise SecurityViolation(datasource=sq.datasource_id, node="schema_retrieval")
     sq.retrieved = ctx.index.retrieve_schema(sq.question, state.roles, sq.datasource_id)
 
 

@@ -173,6 +173,23 @@ def test_a_role_with_no_datasource_is_refused_before_any_search(project: Config,
     assert result.answer.content == GENERIC_REFUSAL
 
 
+def test_a_question_about_sales_the_caller_may_not_read_is_refused_before_any_model(project: Config,
+                                                                                    model: ModelScript) -> None:
+    question = "Which genres sell best in Germany?"
+    model.plan(question, GENRES_PLAN, route=["chinook"])  # what a model shown only the catalog would answer
+    events: list[Event] = []
+    result = ask(project, question, "viewer", events, settings={"plan_cache": False})
+    assert result.status == "error" and [e.code for e in result.errors] == ["SECURITY_VIOLATION"]
+    assert result.answer.content == GENERIC_REFUSAL and model.fake.calls("PlanModel") == 0
+    denied = [e.data for e in events if e.name == "policy.decision" and e.data["decision"] == "deny"]
+    assert denied and denied[0]["step"] == "schema_retrieval"
+    seen = json.dumps([e.model_dump() for e in events]) + result.model_dump_json()
+    assert not [name for name in ("Invoice", "InvoiceLine", "Customer") if name in seen]
+
+    answered = ask(project, question, "viewer", settings={"plan_cache": False, "scope_evidence": False})
+    assert answered.status == "success" and model.fake.calls("PlanModel") == 1  # off: the planner decides
+
+
 def test_an_unanswerable_question_is_refused_by_the_planner(project: Config, model: ModelScript) -> None:
     question = "Which album cover has the most red in it?"  # about albums: routing finds evidence, no table answers
     model.unanswerable.add(question)
