@@ -6,7 +6,10 @@ For each size, in a process of its own (so each peak RSS is that size's alone), 
 - a rebuild with nothing changed, and an incremental rebuild after ALTER TABLE … ADD COLUMN in one table;
 - then, in a fresh process that loads the live build as an ask run does: retrieval (`Retriever.schema_for`,
   question embedding included) and routing (`route` over the schema's datasource) latency p50/p95 over the same
-  questions, and that process's peak RSS (serving); the build's own peak RSS is reported beside it;
+  questions, and that process's peak RSS (serving); the build's own peak RSS is reported beside it; then the
+  same questions again with every entry scored exactly (the baseline where the caller's entries are more than
+  `vectors.EXACT_UP_TO` and a question searches the index instead): its latency, and how often it sends the same
+  tables and the same dense evidence;
 - the FAISS index file and the state folder's size.
 
 Targets on 2 cores: cold build ≤ 60 s at 1,200 tables; incremental ≤ 3 s; retrieval p95 ≤ 20 ms at 1,200 and
@@ -27,7 +30,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +47,7 @@ from nl2sql.index.embed import Embedder  # noqa: E402
 from nl2sql.index.retrieve import Retriever  # noqa: E402
 from nl2sql.index.route import route  # noqa: E402
 from nl2sql.index.store import StateStore  # noqa: E402
+from nl2sql.index.vectors import EXACT_UP_TO  # noqa: E402
 
 SIZES = (1200, 5000, 20_000)
 TARGETS = {"cold_build_s@1200": 60.0, "incremental_s": 3.0, "retrieval_p95_ms@1200": 20.0,
@@ -106,14 +111,49 @@ def serve_size(threads: int, work: Path, quiet: bool) -> dict[str, Any]:
     # the first question of a scope works out its view of the build (`ScopeView`); later ones reuse it
     _, first_retrieval_s = timed(lambda: retriever.schema_for(questions[0], "wide", every_table))
     _, first_routing_s = timed(lambda: routed(questions[0]))
-    retrieval, routing = [], []
+    retrieval, routing, sent, picked = [], [], [], []
     for question in questions:
-        retrieval.append(timed(lambda q=question: retriever.schema_for(q, "wide", every_table))[1])
-        routing.append(timed(lambda q=question: routed(q))[1])
+        schema, took = timed(lambda q=question: retriever.schema_for(q, "wide", every_table))
+        retrieval.append(took)
+        sent.append(schema.table_names())
+        routing_, took = timed(lambda q=question: routed(q))
+        routing.append(took)
+        picked.append(routing_.candidates[0].evidence.get("dense"))  # one datasource: its dense evidence
+    peak = rss_mb()
+    # the baseline, in this process: every entry of the caller's scored exactly, whatever the build's size
+    exact_retrieval, exact_routing, same_sent, same_dense = [], [], 0, 0
+    with scoring_every_entry():
+        for question, tables, picks in zip(questions, sent, picked, strict=True):
+            schema, took = timed(lambda q=question: retriever.schema_for(q, "wide", every_table))
+            exact_retrieval.append(took)
+            same_sent += schema.table_names() == tables
+            routing_, took = timed(lambda q=question: routed(q))
+            exact_routing.append(took)
+            same_dense += routing_.candidates[0].evidence.get("dense") == picks
     store.close()
+    live = retriever.live("wide")
+    assert live is not None
     return {"index_load_s": round(load_s, 2), "first_retrieval_s": round(first_retrieval_s, 2),
             "first_routing_s": round(first_routing_s, 2), "questions": len(questions),
-            "retrieval": percentiles(retrieval), "routing": percentiles(routing), "peak_rss_mb": rss_mb()}
+            "searched": len(live.view(every_table).scored_ids) > EXACT_UP_TO,
+            "retrieval": percentiles(retrieval), "routing": percentiles(routing), "peak_rss_mb": peak,
+            "exact_retrieval": percentiles(exact_retrieval), "exact_routing": percentiles(exact_routing),
+            "same_tables_as_exact": round(same_sent / len(questions), 4),
+            "same_dense_evidence_as_exact": round(same_dense / len(questions), 4)}
+
+
+@contextmanager
+def scoring_every_entry() -> Iterator[None]:
+    """Retrieval and routing score every entry of the caller's exactly (no search of the index), for the baseline."""
+    modules = [sys.modules["nl2sql.index.retrieve"], sys.modules["nl2sql.index.route"]]
+    saved = [m.EXACT_UP_TO for m in modules]
+    for m in modules:
+        m.EXACT_UP_TO = 2**62
+    try:
+        yield
+    finally:
+        for m, value in zip(modules, saved, strict=True):
+            m.EXACT_UP_TO = value
 
 
 def every_table(_table: str) -> bool:
@@ -246,11 +286,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     report["checks"] = checks(report)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"{'tables':>8} {'cold s':>8} {'incr s':>7} {'entries':>8} {'index':>6} {'retr p50':>9} {'retr p95':>9} "
-          f"{'route p95':>9} {'RSS MB':>7} {'build MB':>8} {'idx MB':>7}")
+          f"{'route p95':>9} {'RSS MB':>7} {'build MB':>8} {'idx MB':>7} {'vs exact':>9} {'same':>5}")
     for n, r in report["sizes"].items():
+        ratio = r["retrieval"]["p95_ms"] / r["exact_retrieval"]["p95_ms"]
         print(f"{int(n):>8,} {r['cold']['wall_s']:>8} {r['incremental']['wall_s']:>7} {r['cold']['entries']:>8} "
               f"{r['cold']['index_kind']:>6} {r['retrieval']['p50_ms']:>9} {r['retrieval']['p95_ms']:>9} "
-              f"{r['routing']['p95_ms']:>9} {r['peak_rss_mb']:>7} {r['build_peak_rss_mb']:>8} {r['index_file_mb']:>7}")
+              f"{r['routing']['p95_ms']:>9} {r['peak_rss_mb']:>7} {r['build_peak_rss_mb']:>8} {r['index_file_mb']:>7} "
+              f"{ratio:>8.2f}× {r['same_tables_as_exact']:>5}")
     print(json.dumps(report["checks"], indent=1))
     try:
         plot(report, args.plot)

@@ -39,10 +39,11 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import re
 import threading
 from collections import OrderedDict, defaultdict
-from collections.abc import Callable, Container, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -53,7 +54,7 @@ from nl2sql.datasources.models import ForeignKey, SchemaSnapshot, TableInfo
 from nl2sql.index.chunks import Entry, qualified, words
 from nl2sql.index.embed import Embedder
 from nl2sql.index.store import StateStore
-from nl2sql.index.vectors import flat_index, read_index, similarities_of
+from nl2sql.index.vectors import EXACT_UP_TO, EntrySelector, flat_index, read_index, searched, similarities_of
 from nl2sql.plan.join_keys import category, dtype_of
 from nl2sql.schema.inferred_keys import with_inferred_keys
 
@@ -65,6 +66,8 @@ Allows = Callable[[str], bool]
 #: Chosen tables kept whatever their score; later ones need a score within SEED_GAP of the best.
 MIN_SEEDS = 3
 SEED_GAP = 0.4
+#: Entries a search of the index returns for a question when the caller's entries are too many to score all.
+SEARCH_K = 512
 #: Score bonuses: the question names the table, names a known value of it, calls for its kind.
 NAME_BONUS = 0.3
 VALUE_BONUS = 0.2
@@ -131,6 +134,10 @@ class LiveIndex:
         """Cosine similarity of the (unit) query to the entries at `ids`, in their order: FAISS reads those
         entries' vectors only."""
         return similarities_of(self.index, query, ids)
+
+    def search(self, query: np.ndarray, among: EntrySelector, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The `k` entries of `among` most similar to the (unit) query, best first (`vectors.searched`)."""
+        return searched(self.index, query, among, k)
 
     def vector(self, position: int) -> np.ndarray:
         """One entry's stored vector."""
@@ -297,6 +304,11 @@ class EntryLayout:
         """Each table's index in `tables`."""
         return {t: i for i, t in enumerate(self.tables)}
 
+    def entries_of(self, table: int) -> np.ndarray:
+        """The schema entries of the table at index `table` of `tables`."""
+        end = self.starts[table + 1] if table + 1 < len(self.starts) else len(self.by_table)
+        return self.by_table[self.starts[table]:end]
+
     def table_maxima(self, values: np.ndarray) -> np.ndarray:
         """Per table, the greatest of its entries' values, as float64."""
         if not len(self.tables):
@@ -386,6 +398,16 @@ class ScopeView:
     def scored_ids(self) -> np.ndarray:
         """Positions of the entries `scored` marks."""
         return np.flatnonzero(self.scored)
+
+    @functools.cached_property
+    def scored_selector(self) -> EntrySelector:
+        """`scored_ids` as a FAISS search filter."""
+        return EntrySelector(self.scored_ids, len(self.live.entries))
+
+    @functools.cached_property
+    def evidence_selector(self) -> EntrySelector:
+        """`evidence_ids` as a FAISS search filter."""
+        return EntrySelector(self.evidence_ids, len(self.live.entries))
 
     @functools.cached_property
     def scored_tables(self) -> frozenset[str]:
@@ -844,7 +866,7 @@ class Retriever:
                    min_seeds: int = MIN_SEEDS, seed_gap: float = SEED_GAP, name_bonus: float = NAME_BONUS,
                    value_bonus: float = VALUE_BONUS, cue_bonus: float = CUE_BONUS, primary_gap: float = PRIMARY_GAP,
                    min_columns: int = MIN_COLUMNS, column_gap: float = COLUMN_GAP,
-                   whole_schema_columns: int = 0) -> RetrievedSchema:
+                   whole_schema_columns: int = 0, search_k: int = SEARCH_K) -> RetrievedSchema:
         """The tables and columns the planner should see for this question in this datasource (see the module doc)."""
         live = self.live(datasource_id)
         if live is None or live.snapshot is None:
@@ -853,8 +875,15 @@ class Retriever:
         facts = live.facts()
         view = live.view(allows)  # the caller's tables and entries, worked out once per scope
         tables, layout, scored = view.readable, live.layout(), view.scored_tables
+        # the caller's entries only: all scored while few, else the `search_k` best by a search of the index (the
+        # tables it does not reach are scored exactly when a bonus, a join or a lookup brings them in)
         sims = np.full(len(live.entries), -np.inf, dtype=np.float32)
-        sims[view.scored_ids] = live.scores(query, view.scored_ids)  # the caller's entries only
+        exact = len(view.scored_ids) <= EXACT_UP_TO
+        if exact:
+            sims[view.scored_ids] = live.scores(query, view.scored_ids)
+        else:
+            hit, hit_sims = live.search(query, view.scored_selector, search_k)
+            sims[hit] = hit_sims
         maxima = layout.table_maxima(sims)
         column_sims = _LazyColumnSims(live, layout, sims)
         cues = read_question(question)
@@ -868,7 +897,18 @@ class Retriever:
             bonus[position[t]] += name_bonus
         for t in valued_tables & scored:
             bonus[position[t]] += value_bonus
-        score = _TableScores(position, maxima + bonus, scored)
+        score = _TableScores(position, maxima, bonus, scored)
+
+        def complete(more: Iterable[str]) -> None:
+            """Score exactly the scored entries of these tables that the search did not return."""
+            for t in [] if exact else [t for t in more if t in scored]:
+                entries = layout.entries_of(position[t])
+                missing = entries[view.scored[entries] & ~np.isfinite(sims[entries])]
+                if len(missing):
+                    sims[missing] = live.scores(query, missing)
+                    maxima[position[t]] = float(sims[entries].max())
+
+        complete(named | valued_tables)
         if sum(len(t.columns) for t in tables.values()) <= whole_schema_columns:
             # small enough to send whole: nothing the question needs is left out, and in the snapshot's order the
             # prompt's schema is the same for every question (a model server's prefix cache then reuses it)
@@ -895,6 +935,7 @@ class Retriever:
             if bridge not in reasons:
                 chosen.append(bridge)
                 reasons[bridge] = "join path"
+        complete(chosen)
         sent = set(chosen)
         out = []
         for t in chosen:
@@ -911,23 +952,26 @@ class Retriever:
 class _TableScores(Mapping[str, float]):
     """Each scored table's score (best similarity plus bonuses), read from one array over the layout's tables."""
 
-    def __init__(self, position: dict[str, int], values: np.ndarray, tables: frozenset[str]) -> None:
-        self._position, self._values, self._tables = position, values, tables
+    def __init__(self, position: dict[str, int], maxima: np.ndarray, bonus: np.ndarray,
+                 tables: frozenset[str]) -> None:
+        self._position, self._maxima, self._bonus, self._tables = position, maxima, bonus, tables
 
     def __getitem__(self, table: str) -> float:
-        if table not in self._tables:
+        value = float(self._maxima[self._position[table]] + self._bonus[self._position[table]]) \
+            if table in self._tables else -math.inf
+        if not math.isfinite(value):  # not the caller's, or not reached by a search: no score (yet)
             raise KeyError(table)
-        return float(self._values[self._position[table]])
+        return value
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._tables)
+        return (t for t in self._tables if t in self)
 
     def __len__(self) -> int:
-        return len(self._tables)
+        return sum(1 for _ in self)
 
     def top(self, k: int) -> list[str]:
         """The `k` best tables, best first (ties in the layout's order)."""
-        values = self._values
+        values = self._maxima + self._bonus
         finite = np.flatnonzero(np.isfinite(values))
         if len(finite) > k:
             finite = finite[np.argpartition(-values[finite], k - 1)[:k]]

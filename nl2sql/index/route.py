@@ -49,6 +49,7 @@ from nl2sql.index.retrieve import (
     content_terms,
     read_question,
 )
+from nl2sql.index.vectors import EXACT_UP_TO
 
 ROUTE_SIGNALS = ("table", "column", "example", "verified", "description")
 RouteStrategy = Literal["evidence", "votes", "best", "normalized", "votes+best", "normalized+best"]
@@ -131,7 +132,9 @@ def route(retriever: Retriever, question: str, datasource_ids: Sequence[str], al
             evidence, described = view.evidence_ids, view.description_ids
             if not len(view.routing_ids):
                 continue
-            scored = live.scores(query, evidence)  # the caller's entries only, scored by FAISS
+            # the caller's entries only: all scored while few, else the best found by a search of the index
+            scored = live.scores(query, evidence) if len(evidence) <= EXACT_UP_TO else \
+                live.search(query, view.evidence_selector, EVIDENCE_TOP)[1]
             top = np.sort(scored)[-EVIDENCE_TOP:].tolist()
             if len(described):
                 top = sorted([*top, float(live.scores(query, described).max())])[-EVIDENCE_TOP:]

@@ -73,7 +73,9 @@ def write_index(index: faiss.Index, path: Path) -> None:
 def read_index(path: Path, *, mapped: bool = False) -> faiss.Index:
     """Read an index written by `write_index` (`mapped`: its vectors memory-mapped from the file, read by the OS
     as searches touch them, instead of copied into memory)."""
-    index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP if mapped else 0)
+    # IO_FLAG_MMAP_IFC maps a flat store's vectors (a flat index's, an HNSW index's storage) read-only: the pages
+    # a search touches are read, and only those count against the process's memory
+    index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_MMAP_IFC if mapped else 0)
     if hasattr(index, "hnsw"):
         index.hnsw.efSearch = HNSW_EF_SEARCH
     return index
@@ -107,6 +109,51 @@ def similarities_of(index: faiss.Index, query: np.ndarray, ids: np.ndarray) -> n
         finally:
             faiss.omp_set_num_threads(threads)
     return out
+
+
+#: Entries scored exactly whatever the index: below this many, scoring them all costs less than a graph search
+#: (a few milliseconds), and a graph search restricted to a small part of the index loses recall.
+EXACT_UP_TO = 50_000
+
+
+class EntrySelector:
+    """A set of entry positions as FAISS filters a search by (a bitmap, one bit per stored vector)."""
+
+    def __init__(self, ids: np.ndarray, total: int) -> None:
+        mask = np.zeros(total, dtype=bool)
+        mask[ids] = True
+        self.size = len(ids)
+        self._bits = np.packbits(mask, bitorder="little")  # kept: FAISS reads it by pointer
+        self.selector = faiss.IDSelectorBitmap(total, faiss.swig_ptr(self._bits))
+
+
+def searched(index: faiss.Index, query: np.ndarray, among: EntrySelector, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The `k` entries of `among` most similar to the (unit) query, best first: (positions, similarities). An HNSW
+    index searches its graph, restricted to `among` (only their vectors are scored); a flat one scores `among`.
+
+    >>> data = np.eye(4, dtype="float32")
+    >>> ids, sims = searched(flat_index(data), data[3], EntrySelector(np.array([0, 3]), 4), 1)
+    >>> ids.tolist(), sims.tolist()
+    ([3], [1.0])
+    """
+    k = min(k, among.size)
+    if k <= 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+    probe = np.ascontiguousarray(query.reshape(1, -1), dtype=np.float32)
+    if hasattr(index, "hnsw"):
+        params = faiss.SearchParametersHNSW()
+        params.efSearch = max(HNSW_EF_SEARCH, k)
+    else:
+        params = faiss.SearchParameters()
+    params.sel = among.selector
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)  # one query: threads only cost (see `similarities_of`)
+    try:
+        sims, ids = index.search(probe, k, params=params)
+    finally:
+        faiss.omp_set_num_threads(threads)
+    found = ids[0] >= 0
+    return ids[0][found].astype(np.int64), sims[0][found]
 
 
 def all_vectors(index: faiss.Index) -> np.ndarray:

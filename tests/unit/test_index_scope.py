@@ -114,3 +114,48 @@ def test_a_predicate_that_cannot_be_hashed_is_asked_afresh(demo_index: IndexServ
     before = len(live._views)
     view = live.view(Unhashable())
     assert list(view.readable) == ["Genre"] and len(live._views) == before
+
+
+def test_a_graph_search_returns_only_the_entries_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nl2sql.index.vectors import EntrySelector, build_index, searched
+
+    rng = np.random.default_rng(7)
+    data = rng.normal(size=(3000, 32)).astype("float32")
+    data /= np.linalg.norm(data, axis=1, keepdims=True)
+    index, kind = build_index(data, hnsw_above=1000)
+    assert kind == "hnsw"
+    among = np.sort(rng.choice(3000, size=600, replace=False))
+    selector = EntrySelector(among, 3000)
+    exact = data[among] @ data[:50].T
+    found = 0
+    for q in range(50):
+        ids, sims = searched(index, data[q], selector, 10)
+        assert set(ids.tolist()) <= set(among.tolist()) and len(ids) == 10
+        assert np.all(np.diff(sims) <= 1e-6)  # best first
+        found += len(set(ids.tolist()) & set(among[np.argsort(-exact[:, q])[:10]].tolist()))
+    assert found / 500 >= 0.95  # recall@10 against scoring every given entry
+
+
+@pytest.mark.parametrize("role", ["viewer", "analyst"])
+def test_searching_the_index_sends_what_scoring_every_entry_sends(demo_index: IndexService,
+                                                                  monkeypatch: pytest.MonkeyPatch, role: str) -> None:
+    # the demo's builds are small enough to score whole; with the threshold at zero every question searches
+    import sys
+
+    route_module = sys.modules["nl2sql.index.route"]  # (the package exports the function `route`)
+
+    narrow = demo_index.config.settings.retrieval.model_copy(update={"whole_schema_columns": 0})
+    service = IndexService(demo_index.config.model_copy(update={"settings": demo_index.config.settings.model_copy(
+        update={"retrieval": narrow})}), demo_index.store, demo_index.retriever)
+    questions = [*QUESTIONS, "Which genres have the longest tracks?", "Which albums are by Led Zeppelin?"]
+    scored = {q: service.retrieve_schema(q, role, "chinook").render() for q in questions}
+    routed = {q: service.route(q, role).explanation() for q in questions}
+    monkeypatch.setattr(retrieve, "EXACT_UP_TO", 0)
+    monkeypatch.setattr(route_module, "EXACT_UP_TO", 0)
+    searches: list[int] = []
+    real_search = LiveIndex.search
+    monkeypatch.setattr(LiveIndex, "search", lambda self, *a: searches.append(1) or real_search(self, *a))
+    for q in questions:
+        assert service.retrieve_schema(q, role, "chinook").render() == scored[q]
+        assert service.route(q, role).explanation() == routed[q]
+    assert len(searches) >= 2 * len(questions)
