@@ -10,6 +10,7 @@ when its text was embedded before, so a rebuild after one table changes embeds o
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -26,10 +27,12 @@ from nl2sql.errors import NL2SQLError
 from nl2sql.index.chunks import ENTRY_FORMAT, Entry, build_entries, qualified
 from nl2sql.index.embed import Embedder
 from nl2sql.index.store import StateStore
-from nl2sql.index.vectors import build_index, recall_at_k, write_index
+from nl2sql.index.vectors import build_index, read_index, recall_at_k, write_index
 from nl2sql.schema.inferred_keys import infer_keys, with_inferred_keys
 from nl2sql.schema.snapshot import SchemaDiff, diff_snapshots, fingerprint, table_fingerprints
 from nl2sql.verified.models import VerifiedQuery
+
+log = logging.getLogger(__name__)
 
 #: (stage, done, total): how far a build has got, for progress bars and artifacts.
 Progress = Callable[[str, int, int], None]
@@ -50,6 +53,17 @@ class BuildPlan:
     reused: list[Entry] = field(default_factory=list)
     previous: SchemaSnapshot | None = None
     diff: SchemaDiff = field(default_factory=SchemaDiff)
+    previous_vectors: PreviousVectors | None = None
+
+
+@dataclass
+class PreviousVectors:
+    """Where the live build keeps the vectors of the entries a build reuses: its id, the model that embedded them,
+    and each reused text's position in its index."""
+
+    build_id: str
+    model_id: str
+    positions: dict[str, int]
 
 
 @dataclass
@@ -88,8 +102,12 @@ def plan_build(adapter: Adapter, store: StateStore, *, full: bool = False) -> Bu
     new_rows = {qualified(t): t.row_count for t in snapshot.tables}
     changed = [n for n in names if old_shapes.get(n) != new_shapes[n] or old_rows.get(n) != new_rows[n]]
     keep = set(names) - set(changed)
-    reused = [e for e in store.entries(live.build_id) if e.kind in ("table", "column", "relationship") and e.table in keep]
-    return BuildPlan(snapshot, fingerprint(snapshot), changed, reused=reused, previous=previous, diff=diff)
+    old_entries = store.entries(live.build_id)
+    at = [i for i, e in enumerate(old_entries) if e.kind in ("table", "column", "relationship") and e.table in keep]
+    reused = [old_entries[i] for i in at]
+    vectors = PreviousVectors(live.build_id, live.model_id or "", {old_entries[i].text_hash: i for i in at})
+    return BuildPlan(snapshot, fingerprint(snapshot), changed, reused=reused, previous=previous, diff=diff,
+                     previous_vectors=vectors)
 
 
 def profile_tables(adapter: Adapter, plan: BuildPlan, settings: ProfileSettings,
@@ -154,11 +172,14 @@ def make_entries(plan: BuildPlan, profiles: Sequence[ColumnProfile], *, sample_q
 
 
 def embed_entries(entries: Sequence[Entry], embedder: Embedder, store: StateStore,
-                  progress: Progress | None = None) -> tuple[np.ndarray, int, int]:
-    """Vectors for every entry (from the cache where the text is known); (vectors, embedded, cached)."""
+                  progress: Progress | None = None, previous: PreviousVectors | None = None,
+                  datasource_id: str = "") -> tuple[np.ndarray, int, int]:
+    """Vectors for every entry: a reused entry's from the live build's index (`previous`, read by position from its
+    memory-mapped file), another known text's from the cache, the rest embedded; (vectors, embedded, cached)."""
     hashes = [e.text_hash for e in entries]
-    known = store.cached_vectors(embedder.model_id, hashes)
-    text_of = {e.text_hash: e.text for e in entries}
+    known = previous_vectors(store, datasource_id, previous, embedder.model_id, set(hashes))
+    known.update(store.cached_vectors(embedder.model_id, [h for h in hashes if h not in known]))
+    text_of = {h: e.text for h, e in zip(hashes, entries, strict=True)}
     missing = list(dict.fromkeys(h for h in hashes if h not in known))
     # shortest first across the whole build, so each call's batches hold texts of one length (entries come
     # table by table, and a chunk of mixed lengths is mostly padding)
@@ -172,8 +193,30 @@ def embed_entries(entries: Sequence[Entry], embedder: Embedder, store: StateStor
         known.update(fresh)
         if progress:
             progress("embed", min(start + EMBED_CHUNK, len(missing)), len(missing))
-    matrix = np.stack([known[h] for h in hashes]) if hashes else np.zeros((0, embedder.dimensions), np.float32)
-    return matrix.astype(np.float32), len(missing), len(hashes) - len(missing)
+    matrix = np.empty((len(hashes), embedder.dimensions), dtype=np.float32)
+    for i, h in enumerate(hashes):
+        matrix[i] = known[h]
+    return matrix, len(missing), len(hashes) - len(missing)
+
+
+def previous_vectors(store: StateStore, datasource_id: str, previous: PreviousVectors | None, model_id: str,
+                     wanted: set[str]) -> dict[str, np.ndarray]:
+    """The vectors of the `wanted` texts that the live build holds, read from its FAISS file (an incremental build
+    reads these instead of the cache's rows: one lookup per entry of a big schema cost more than the change);
+    nothing when there is no live build, it came from another model, or its file cannot be read."""
+    if previous is None or previous.model_id != model_id:
+        return {}
+    found = {h: p for h, p in previous.positions.items() if h in wanted}
+    if not found:
+        return {}
+    try:
+        index = read_index(store.index_path(datasource_id, previous.build_id), mapped=True)
+        rows = index.reconstruct_batch(np.fromiter(found.values(), dtype=np.int64, count=len(found)))
+    except Exception as exc:  # a missing or unreadable file: the cache and the embedder still answer
+        log.warning("The vectors of build %s could not be read (%s); the embedding cache is used.",
+                    previous.build_id, exc)
+        return {}
+    return dict(zip(found, np.asarray(rows, dtype=np.float32), strict=True))
 
 
 def commit_index(store: StateStore, build_id: str, plan: BuildPlan, entries: Sequence[Entry], vectors: np.ndarray,
@@ -273,7 +316,8 @@ def build_datasource(adapter: Adapter, store: StateStore, embedder: Embedder, *,
                         description=description)
         build_id = store.begin_build(datasource_id, embedder.model_id)  # invisible until it commits
         try:
-            vectors, embedded, cached = stage("embed", entries, embedder, store, progress)
+            vectors, embedded, cached = stage("embed", entries, embedder, store, progress, plan.previous_vectors,
+                                              datasource_id)
             replaced, kind, recall = stage("commit", store, build_id, plan, entries, vectors, keep=keep)
         except BaseException as exc:
             store.fail_build(build_id, f"{type(exc).__name__}: {exc}")

@@ -46,6 +46,28 @@ def test_rebuild_after_one_table_changes_embeds_only_that_table(support_copy: Pa
     assert [d[3].added_columns for d in diffs][-1] == ["agents.region"]
 
 
+def test_an_incremental_build_reads_the_vectors_it_reuses_from_the_live_build(support_copy: Path,
+                                                                                tmp_path: Path) -> None:
+    import numpy as np
+
+    from nl2sql.index.vectors import all_vectors, read_index
+
+    store = StateStore(tmp_path / "state")
+    first = build(support_copy, store)
+    with store.connect() as conn:  # an emptied cache: what the build reuses can only come from the live build
+        conn.execute("DELETE FROM embedding_cache")
+    with sqlite3.connect(support_copy) as conn:
+        conn.execute("ALTER TABLE agents ADD COLUMN region TEXT")
+    changed = build(support_copy, store)
+    assert 0 < changed.embedded <= 7 and changed.cached == sum(changed.counts.values()) - changed.embedded
+    old, new = (read_index(store.index_path("support", b.build_id)) for b in (first, changed))
+    old_entries, new_entries = store.entries(first.build_id), store.entries(changed.build_id)
+    before = dict(zip((e.text_hash for e in old_entries), all_vectors(old), strict=True))
+    kept = [(i, e.text_hash) for i, e in enumerate(new_entries) if e.text_hash in before]
+    assert len(kept) >= len(new_entries) - 7
+    assert all(np.array_equal(all_vectors(new)[i], before[h]) for i, h in kept)
+
+
 def test_a_new_entry_format_rewrites_every_table(support_copy: Path, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     import nl2sql.index.build as building
