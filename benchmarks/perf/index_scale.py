@@ -7,9 +7,9 @@ For each size, in a process of its own (so each peak RSS is that size's alone), 
 - then, in a fresh process that loads the live build as an ask run does: retrieval (`Retriever.schema_for`,
   question embedding included) and routing (`route` over the schema's datasource) latency p50/p95 over the same
   questions, and that process's peak RSS (serving); the build's own peak RSS is reported beside it; then the
-  same questions again with every entry scored exactly (the baseline where the caller's entries are more than
-  `vectors.EXACT_UP_TO` and a question searches the index instead): its latency, and how often it sends the same
-  tables and the same dense evidence;
+  same questions again with every entry scored exactly (the baseline where the build is an HNSW index, the
+  caller's entries are more than `vectors.EXACT_UP_TO` and a question searches the graph instead): its latency,
+  and how often it sends the same tables and the same dense evidence;
 - the FAISS index file and the state folder's size.
 
 Targets on 2 cores: cold build ≤ 60 s at 1,200 tables; incremental ≤ 3 s; retrieval p95 ≤ 20 ms at 1,200 and
@@ -135,7 +135,7 @@ def serve_size(threads: int, work: Path, quiet: bool) -> dict[str, Any]:
     assert live is not None
     return {"index_load_s": round(load_s, 2), "first_retrieval_s": round(first_retrieval_s, 2),
             "first_routing_s": round(first_routing_s, 2), "questions": len(questions),
-            "searched": len(live.view(every_table).scored_ids) > EXACT_UP_TO,
+            "searched": live.graph and len(live.view(every_table).scored_ids) > EXACT_UP_TO,
             "retrieval": percentiles(retrieval), "routing": percentiles(routing), "peak_rss_mb": peak,
             "exact_retrieval": percentiles(exact_retrieval), "exact_routing": percentiles(exact_routing),
             "same_tables_as_exact": round(same_sent / len(questions), 4),

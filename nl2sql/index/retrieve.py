@@ -92,6 +92,7 @@ class LiveIndex:
     _layout: EntryLayout | None = field(default=None, repr=False)
     _terms: TermIndex | None = field(default=None, repr=False)
     _joins: dict[str, set[str]] | None = field(default=None, repr=False)
+    graph: bool = False  # an HNSW index: past EXACT_UP_TO visible entries, a question searches its graph
     _kinds: dict[str, np.ndarray] | None = field(default=None, repr=False)
     _views: OrderedDict[Hashable, ScopeView] = field(default_factory=OrderedDict, repr=False)
     _views_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -845,7 +846,8 @@ class Retriever:
                 snapshot = self.store.snapshot(datasource_id, info.fingerprint) if info.fingerprint else None
                 # keys the database does not declare, inferred at build time, read like declared ones from here on
                 snapshot = with_inferred_keys(snapshot) if snapshot is not None else None
-                cached = LiveIndex(info.build_id, self.store.entries(info.build_id), index, snapshot)
+                cached = LiveIndex(info.build_id, self.store.entries(info.build_id), index, snapshot,
+                                   graph=hasattr(index, "hnsw"))
                 self._live[datasource_id] = cached
                 if info.model_id and info.model_id != self.embedder.model_id:
                     # e.g. after NL2SQL_EMBED_PRECISION changed: it still retrieves (the vectors are cosine
@@ -875,10 +877,11 @@ class Retriever:
         facts = live.facts()
         view = live.view(allows)  # the caller's tables and entries, worked out once per scope
         tables, layout, scored = view.readable, live.layout(), view.scored_tables
-        # the caller's entries only: all scored while few, else the `search_k` best by a search of the index (the
-        # tables it does not reach are scored exactly when a bonus, a join or a lookup brings them in)
+        # the caller's entries only: all scored, unless they are many in a graph index: then the `search_k` best
+        # by a search of it (the tables it does not reach are scored exactly when a bonus, a join or a lookup brings
+        # them in); a flat index's filtered scan costs more than scoring by id, so a flat build is always scored
         sims = np.full(len(live.entries), -np.inf, dtype=np.float32)
-        exact = len(view.scored_ids) <= EXACT_UP_TO
+        exact = not live.graph or len(view.scored_ids) <= EXACT_UP_TO
         if exact:
             sims[view.scored_ids] = live.scores(query, view.scored_ids)
         else:

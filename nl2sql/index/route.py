@@ -132,8 +132,8 @@ def route(retriever: Retriever, question: str, datasource_ids: Sequence[str], al
             evidence, described = view.evidence_ids, view.description_ids
             if not len(view.routing_ids):
                 continue
-            # the caller's entries only: all scored while few, else the best found by a search of the index
-            scored = live.scores(query, evidence) if len(evidence) <= EXACT_UP_TO else \
+            # the caller's entries only: all scored, unless they are many in a graph index (see `schema_for`)
+            scored = live.scores(query, evidence) if not live.graph or len(evidence) <= EXACT_UP_TO else \
                 live.search(query, view.evidence_selector, EVIDENCE_TOP)[1]
             top = np.sort(scored)[-EVIDENCE_TOP:].tolist()
             if len(described):

@@ -139,7 +139,8 @@ def test_a_graph_search_returns_only_the_entries_it_is_given(monkeypatch: pytest
 @pytest.mark.parametrize("role", ["viewer", "analyst"])
 def test_searching_the_index_sends_what_scoring_every_entry_sends(demo_index: IndexService,
                                                                   monkeypatch: pytest.MonkeyPatch, role: str) -> None:
-    # the demo's builds are small enough to score whole; with the threshold at zero every question searches
+    # the demo's builds are small and flat; with the threshold at zero and taken for graphs, every question
+    # searches
     import sys
 
     route_module = sys.modules["nl2sql.index.route"]  # (the package exports the function `route`)
@@ -152,6 +153,8 @@ def test_searching_the_index_sends_what_scoring_every_entry_sends(demo_index: In
     routed = {q: service.route(q, role).explanation() for q in questions}
     monkeypatch.setattr(retrieve, "EXACT_UP_TO", 0)
     monkeypatch.setattr(route_module, "EXACT_UP_TO", 0)
+    for ds in ("chinook", "support", "webanalytics"):  # searched as a graph index is (a flat one's filtered scan)
+        monkeypatch.setattr(demo_index.retriever.live(ds), "graph", True)
     searches: list[int] = []
     real_search = LiveIndex.search
     monkeypatch.setattr(LiveIndex, "search", lambda self, *a: searches.append(1) or real_search(self, *a))
