@@ -204,6 +204,10 @@ class Embedder:
                 cache[text] = vector
         return np.stack([cache[t] for t in texts]) if texts else np.zeros((0, DIMENSIONS), dtype=np.float32)
 
+    def forget_recent(self) -> None:
+        """Forget the recent texts `embed_cached` remembers (a benchmark then times their embedding again)."""
+        self._recent.clear()
+
     def tokens(self, texts: list[str]) -> list[list[int]]:
         """The token ids each text is embedded as (after truncation)."""
         with self._lock:
