@@ -220,8 +220,13 @@ class TermIndex:
 
     def visible(self, terms: set[str], allowed: Callable[[tuple[str, ...]], bool]) -> tuple[dict[str, int], int]:
         """(occurrences of each given word, words in all) over the entries whose tables are all allowed."""
+        seen, total = self.seen_by(allowed)
+        return self.counted(terms, seen), total
+
+    def seen_by(self, allowed: Callable[[tuple[str, ...]], bool]) -> tuple[dict[tuple[str, ...], bool], int]:
+        """Whether each group of tables is allowed, and how many words the allowed groups' entries hold."""
         seen = {group: allowed(group) for group in self.lengths}
-        return self.counted(terms, seen), sum(n for g, n in self.lengths.items() if seen[g])
+        return seen, sum(n for g, n in self.lengths.items() if seen[g])
 
     def counted(self, terms: set[str], seen: dict[tuple[str, ...], bool]) -> dict[str, int]:
         """Occurrences of each given word over the entries whose tables `seen` marks (words never seen left out)."""
@@ -418,9 +423,7 @@ class ScopeView:
 
     @functools.cached_property
     def _term_groups(self) -> tuple[dict[tuple[str, ...], bool], int]:
-        terms = self.live.terms()
-        seen = {group: all(map(self.allows, group)) for group in terms.lengths}
-        return seen, sum(n for g, n in terms.lengths.items() if seen[g])
+        return self.live.terms().seen_by(lambda group: all(map(self.allows, group)))
 
     def term_counts(self, words: set[str]) -> tuple[dict[str, int], int]:
         """(occurrences of each given word, words in all) over the entries the caller may see (`TermIndex`)."""

@@ -287,14 +287,12 @@ def lexical_score(live: LiveIndex, cues: Cues, visible: set[str]) -> float:
     """
     facts = live.facts()
     covered: dict[str, float] = {}
-    for table, spelled in facts.table_words.items():
-        if table in visible and spelled and spelled <= cues.terms:
-            for word in spelled:
-                covered[word] = max(covered.get(word, 0.0), 2.0)
-    for (table, _), spelled in facts.column_words.items():
-        if table in visible and spelled and spelled <= cues.terms:
-            for word in spelled:
-                covered[word] = max(covered.get(word, 0.0), 1.0)
+    for table in facts.named_tables(cues.terms, visible):
+        for word in facts.table_words[table]:
+            covered[word] = max(covered.get(word, 0.0), 2.0)
+    for key in facts.named_columns(cues.terms, visible):
+        for word in facts.column_words[key]:
+            covered[word] = max(covered.get(word, 0.0), 1.0)
     values, _ = facts.value_hits(cues, visible)
     for table, column in values:
         for value in facts.samples.get((table, column), []):

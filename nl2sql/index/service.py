@@ -61,7 +61,7 @@ class IndexService:
         if not caller.reachable:
             raise SecurityViolation(datasource=datasource_id, node="schema_retrieval")
         s = self.config.settings.retrieval
-        return self.retriever.schema_for(question, datasource_id, ScopeKey(caller, partial(_allows, caller)),
+        return self.retriever.schema_for(question, datasource_id, _table_scope(caller),
                                          table_k=s.table_k, planning_k=s.planning_k,
                                          wide_table_columns=s.wide_table_columns, mmr_lambda=s.mmr_lambda,
                                          whole_schema_columns=s.whole_schema_columns)
@@ -73,7 +73,7 @@ class IndexService:
         if live is None or live.snapshot is None:
             return False
         caller = scope(self.config.policies, roles, datasource_id)
-        view = live.view(ScopeKey(caller, partial(_allows, caller)))
+        view = live.view(_table_scope(caller))
         return needs_unreadable_records(question, live.facts(), view.readable.keys())
 
     def retrieve(self, question: str, roles: Sequence[str] | str | None, datasource_id: str | None = None,
@@ -104,6 +104,11 @@ class _Scopes:
 
     def __call__(self, datasource_id: str, table: str) -> bool:
         return _allows(dict(self.scopes)[datasource_id], table)
+
+
+def _table_scope(caller: Scope) -> ScopeKey:
+    """The caller's scope as retrieval asks it (`allows(table)`), keyed by the scope: one view per scope."""
+    return ScopeKey(caller, partial(_allows, caller))
 
 
 def _allows(caller: Scope, table: str) -> bool:
