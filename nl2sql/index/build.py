@@ -4,8 +4,9 @@ live pointer, snapshot and diff).
 The stages are declared once (`BUILD`) and driven by one function (`build_datasource`): in place, one after
 another, or each as a Prefect task (the `index-build` flow hands it `tasks/index.run_stage`); either way the same
 events, timings and failure handling. Rebuilds are incremental: tables whose shape and row count are unchanged
-since the live build keep their entries (no profiling), and every entry's vector comes from the embedding cache
-when its text was embedded before, so a rebuild after one table changes embeds only that table's entries.
+since the live build keep their entries (no profiling; carried over as stored, with their vectors read from the
+live build's index by position), and any other entry's vector comes from the embedding cache when its text was
+embedded before, so a rebuild after one table changes embeds only that table's entries.
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ from nl2sql.config.models import ProfileSettings
 from nl2sql.datasources.base import Adapter
 from nl2sql.datasources.models import ColumnProfile, InferredKeys, SchemaSnapshot, TableInfo
 from nl2sql.errors import NL2SQLError
-from nl2sql.index.chunks import ENTRY_FORMAT, Entry, build_entries, qualified
+from nl2sql.index.chunks import ENTRY_FORMAT, BuildEntry, StoredEntry, build_entries, qualified
 from nl2sql.index.embed import Embedder
 from nl2sql.index.store import StateStore
 from nl2sql.index.vectors import build_index, read_index, recall_at_k, write_index
 from nl2sql.schema.inferred_keys import infer_keys, with_inferred_keys
-from nl2sql.schema.snapshot import SchemaDiff, diff_snapshots, fingerprint, table_fingerprints
+from nl2sql.schema.snapshot import SchemaDiff, changed_tables, diff_snapshots, fingerprint
 from nl2sql.verified.models import VerifiedQuery
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class BuildPlan:
     snapshot: SchemaSnapshot
     fingerprint: str
     changed_tables: list[str]
-    reused: list[Entry] = field(default_factory=list)
+    reused: list[BuildEntry] = field(default_factory=list)
     previous: SchemaSnapshot | None = None
     diff: SchemaDiff = field(default_factory=SchemaDiff)
     previous_vectors: PreviousVectors | None = None
@@ -58,12 +59,11 @@ class BuildPlan:
 
 @dataclass
 class PreviousVectors:
-    """Where the live build keeps the vectors of the entries a build reuses: its id, the model that embedded them,
-    and each reused text's position in its index."""
+    """Where the live build keeps the vectors of the entries a build carries over (each `StoredEntry` knows its row):
+    its id and the model that embedded them."""
 
     build_id: str
     model_id: str
-    positions: dict[str, int]
 
 
 @dataclass
@@ -97,17 +97,12 @@ def plan_build(adapter: Adapter, store: StateStore, *, full: bool = False) -> Bu
     diff = diff_snapshots(previous, snapshot)
     if full or live is None or previous is None or live.stats.get("entry_format") != ENTRY_FORMAT:
         return BuildPlan(snapshot, fingerprint(snapshot), names, previous=previous, diff=diff)
-    old_shapes, new_shapes = table_fingerprints(previous), table_fingerprints(snapshot)
-    old_rows = {qualified(t): t.row_count for t in previous.tables}
-    new_rows = {qualified(t): t.row_count for t in snapshot.tables}
-    changed = [n for n in names if old_shapes.get(n) != new_shapes[n] or old_rows.get(n) != new_rows[n]]
+    changed = changed_tables(previous, snapshot)
     keep = set(names) - set(changed)
-    old_entries = store.entries(live.build_id)
-    at = [i for i, e in enumerate(old_entries) if e.kind in ("table", "column", "relationship") and e.table in keep]
-    reused = [old_entries[i] for i in at]
-    vectors = PreviousVectors(live.build_id, live.model_id or "", {old_entries[i].text_hash: i for i in at})
+    old_entries = store.stored_entries(live.build_id)
+    reused = [e for e in old_entries if e.kind in ("table", "column", "relationship") and e.table in keep]
     return BuildPlan(snapshot, fingerprint(snapshot), changed, reused=reused, previous=previous, diff=diff,
-                     previous_vectors=vectors)
+                     previous_vectors=PreviousVectors(live.build_id, live.model_id or ""))
 
 
 def profile_tables(adapter: Adapter, plan: BuildPlan, settings: ProfileSettings,
@@ -156,7 +151,7 @@ def relate_tables(adapter: Adapter, plan: BuildPlan, settings: ProfileSettings) 
 
 
 def make_entries(plan: BuildPlan, profiles: Sequence[ColumnProfile], *, sample_questions: Sequence[str] = (),
-                 verified: Sequence[VerifiedQuery] = (), description: str = "") -> list[Entry]:
+                 verified: Sequence[VerifiedQuery] = (), description: str = "") -> list[BuildEntry]:
     """Entries of the changed tables, the reused ones, and the datasource-level ones, in schema order (inferred
     keys read as declared ones: a keyless table's entries say what it belongs to)."""
     changed = set(plan.changed_tables)
@@ -165,22 +160,28 @@ def make_entries(plan: BuildPlan, profiles: Sequence[ColumnProfile], *, sample_q
     fresh = build_entries(partial, profiles, sample_questions=sample_questions, verified=verified,
                           description=description)
     order = {qualified(t): i for i, t in enumerate(plan.snapshot.tables)}
-    by_table = [e for e in [*plan.reused, *fresh] if e.table is not None and e.kind != "verified"]
+    by_table: list[BuildEntry] = [e for e in [*plan.reused, *fresh] if e.table is not None and e.kind != "verified"]
     by_table.sort(key=lambda e: (order.get(e.table or "", 1 << 30), ("table", "column", "relationship").index(e.kind)))
     rest = [e for e in fresh if e.table is None or e.kind == "verified"]
     return by_table + rest
 
 
-def embed_entries(entries: Sequence[Entry], embedder: Embedder, store: StateStore,
+def embed_entries(entries: Sequence[BuildEntry], embedder: Embedder, store: StateStore,
                   progress: Progress | None = None, previous: PreviousVectors | None = None,
                   datasource_id: str = "") -> tuple[np.ndarray, int, int]:
-    """Vectors for every entry: a reused entry's from the live build's index (`previous`, read by position from its
-    memory-mapped file), another known text's from the cache, the rest embedded; (vectors, embedded, cached)."""
-    hashes = [e.text_hash for e in entries]
-    known = previous_vectors(store, datasource_id, previous, embedder.model_id, set(hashes))
-    known.update(store.cached_vectors(embedder.model_id, [h for h in hashes if h not in known]))
-    text_of = {h: e.text for h, e in zip(hashes, entries, strict=True)}
-    missing = list(dict.fromkeys(h for h in hashes if h not in known))
+    """Vectors for every entry: a carried-over entry's from the live build's index (`previous`, read by position
+    from its memory-mapped file), another known text's from the cache, the rest embedded; (vectors, embedded,
+    cached)."""
+    matrix = np.empty((len(entries), embedder.dimensions), dtype=np.float32)
+    carried = [(i, e.position) for i, e in enumerate(entries) if isinstance(e, StoredEntry)]
+    rows = previous_vectors(store, datasource_id, previous, embedder.model_id, [at for _, at in carried])
+    if rows is not None:
+        matrix[[i for i, _ in carried]] = rows
+    todo = [i for i, e in enumerate(entries) if rows is None or not isinstance(e, StoredEntry)]
+    hashes = {i: entries[i].text_hash for i in todo}
+    known = store.cached_vectors(embedder.model_id, list(hashes.values()))
+    text_of = {hashes[i]: entries[i].text for i in todo}
+    missing = list(dict.fromkeys(h for h in hashes.values() if h not in known))
     # shortest first across the whole build, so each call's batches hold texts of one length (entries come
     # table by table, and a chunk of mixed lengths is mostly padding)
     lengths = dict(zip(missing, embedder.token_counts([text_of[h] for h in missing]), strict=True))
@@ -193,33 +194,29 @@ def embed_entries(entries: Sequence[Entry], embedder: Embedder, store: StateStor
         known.update(fresh)
         if progress:
             progress("embed", min(start + EMBED_CHUNK, len(missing)), len(missing))
-    matrix = np.empty((len(hashes), embedder.dimensions), dtype=np.float32)
-    for i, h in enumerate(hashes):
-        matrix[i] = known[h]
-    return matrix, len(missing), len(hashes) - len(missing)
+    for i in todo:
+        matrix[i] = known[hashes[i]]
+    return matrix, len(missing), len(entries) - len(missing)
 
 
 def previous_vectors(store: StateStore, datasource_id: str, previous: PreviousVectors | None, model_id: str,
-                     wanted: set[str]) -> dict[str, np.ndarray]:
-    """The vectors of the `wanted` texts that the live build holds, read from its FAISS file (an incremental build
-    reads these instead of the cache's rows: one lookup per entry of a big schema cost more than the change);
-    nothing when there is no live build, it came from another model, or its file cannot be read."""
-    if previous is None or previous.model_id != model_id:
-        return {}
-    found = {h: p for h, p in previous.positions.items() if h in wanted}
-    if not found:
-        return {}
+                     positions: Sequence[int]) -> np.ndarray | None:
+    """The vectors at these rows of the live build's FAISS file, read in one batch (an incremental build reads these
+    instead of the cache's rows: one lookup per entry of a big schema cost more than the change); None when there is
+    no live build, it came from another model, or its file cannot be read."""
+    if previous is None or previous.model_id != model_id or not positions:
+        return None
     try:
         index = read_index(store.index_path(datasource_id, previous.build_id), mapped=True)
-        rows = index.reconstruct_batch(np.fromiter(found.values(), dtype=np.int64, count=len(found)))
+        rows = index.reconstruct_batch(np.asarray(positions, dtype=np.int64))
     except Exception as exc:  # a missing or unreadable file: the cache and the embedder still answer
         log.warning("The vectors of build %s could not be read (%s); the embedding cache is used.",
                     previous.build_id, exc)
-        return {}
-    return dict(zip(found, np.asarray(rows, dtype=np.float32), strict=True))
+        return None
+    return np.asarray(rows, dtype=np.float32)
 
 
-def commit_index(store: StateStore, build_id: str, plan: BuildPlan, entries: Sequence[Entry], vectors: np.ndarray,
+def commit_index(store: StateStore, build_id: str, plan: BuildPlan, entries: Sequence[BuildEntry], vectors: np.ndarray,
                  *, keep: int) -> tuple[str | None, str, float | None]:
     """Write the FAISS file and the entries, then switch the live pointer; (replaced build, kind, recall@20)."""
     index, kind = build_index(vectors)

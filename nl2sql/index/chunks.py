@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -45,7 +47,36 @@ class Entry(BaseModel):
     @property
     def text_hash(self) -> str:
         """The key of the embedding cache: same text, same vector."""
-        return hashlib.sha256(self.text.encode()).hexdigest()
+        return text_hash(self.text)
+
+
+@dataclass(frozen=True)
+class StoredEntry:
+    """An entry of a committed build as the state store holds it: what an incremental build needs to carry it into
+    the next build (its kind, table and text, its row in that build's FAISS index, and its stored document, written
+    back as it is), never decoded into an `Entry` (a big schema's reused entries cost more to decode and encode
+    again than the change itself)."""
+
+    kind: EntryKind
+    table: str | None
+    text: str
+    document: str
+    position: int
+
+    @cached_property
+    def text_hash(self) -> str:
+        """The key of the embedding cache (worked out only when asked: an incremental build reads a carried-over
+        entry's vector by its position)."""
+        return text_hash(self.text)
+
+
+#: An entry a build writes: built now, or carried over from the live build as stored.
+BuildEntry = Entry | StoredEntry
+
+
+def text_hash(text: str) -> str:
+    """The key of the embedding cache: same text, same vector."""
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 # where a description's clauses end: a colon, a semicolon or a full stop before the next word

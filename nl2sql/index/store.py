@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from nl2sql.datasources.models import SchemaSnapshot
-from nl2sql.index.chunks import Entry
+from nl2sql.index.chunks import BuildEntry, Entry, StoredEntry
 from nl2sql.schema.snapshot import SchemaDiff
 
 #: Numbered migrations; `PRAGMA user_version` records how many have run.
@@ -198,11 +198,12 @@ class StateStore:
                          "VALUES (?, ?, 'building', ?, ?, ?)", (build_id, datasource_id, time.time(), os.getpid(), model_id))
         return build_id
 
-    def write_entries(self, build_id: str, entries: Sequence[Entry]) -> None:
-        """Store a build's entries (position = row in its FAISS index)."""
+    def write_entries(self, build_id: str, entries: Sequence[BuildEntry]) -> None:
+        """Store a build's entries (position = row in its FAISS index); a carried-over one as it was stored."""
         with self.connect() as conn:
             conn.executemany("INSERT INTO entries (build_id, position, entry) VALUES (?, ?, ?)",
-                             [(build_id, i, e.model_dump_json()) for i, e in enumerate(entries)])
+                             [(build_id, i, e.document if isinstance(e, StoredEntry) else e.model_dump_json())
+                              for i, e in enumerate(entries)])
 
     def commit_build(self, build_id: str, *, snapshot: SchemaSnapshot, fingerprint: str, diff: SchemaDiff,
                      index_kind: str, entry_count: int, stats: dict, keep: int) -> str | None:
@@ -277,6 +278,14 @@ class StateStore:
         with self.connect() as conn:
             rows = conn.execute("SELECT entry FROM entries WHERE build_id = ? ORDER BY position", (build_id,)).fetchall()
         return [Entry.model_validate_json(r[0]) for r in rows]
+
+    def stored_entries(self, build_id: str) -> list[StoredEntry]:
+        """A build's entries as stored, in index order: kind, table and text read by SQLite, nothing decoded."""
+        with self.connect() as conn:
+            rows = conn.execute("SELECT json_extract(entry, '$.kind'), json_extract(entry, '$.table'), "
+                                "json_extract(entry, '$.text'), entry, position FROM entries WHERE build_id = ? "
+                                "ORDER BY position", (build_id,)).fetchall()
+        return [StoredEntry(*row) for row in rows]
 
     def snapshot(self, datasource_id: str, fingerprint: str) -> SchemaSnapshot | None:
         """A recorded snapshot."""

@@ -35,10 +35,23 @@ def fingerprint(snapshot: SchemaSnapshot) -> str:
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def table_fingerprints(snapshot: SchemaSnapshot) -> dict[str, str]:
-    """One hash per table, to tell which tables changed between two snapshots."""
-    return {_key(t): hashlib.sha256(json.dumps(_table_shape(t), sort_keys=True).encode()).hexdigest()[:16]
-            for t in snapshot.tables}
+def changed_tables(before: SchemaSnapshot, after: SchemaSnapshot) -> list[str]:
+    """The tables of `after` (in its order) that `before` lacks, or whose shape or row count differs from it."""
+    old = {_key(t): t for t in before.tables}
+    return [_key(t) for t in after.tables
+            if (was := old.get(_key(t))) is None or was.row_count != t.row_count or not same_shape(was, t)]
+
+
+def same_shape(a: TableInfo, b: TableInfo) -> bool:
+    """Whether two tables have the same columns, types, nullability and keys. A table that reflection carried over
+    from the previous snapshot shares its lists with it, so identity answers first (a big schema's unchanged
+    tables are then never walked column by column)."""
+    return _carried_over(a, b) or _table_shape(a) == _table_shape(b)
+
+
+def _carried_over(a: TableInfo, b: TableInfo) -> bool:
+    """Whether `b` is `a` carried over by reflection (they share their columns and keys)."""
+    return a.columns is b.columns and a.primary_key is b.primary_key and a.foreign_keys is b.foreign_keys
 
 
 class ColumnChange(BaseModel):
@@ -140,6 +153,8 @@ def diff_snapshots(before: SchemaSnapshot | None, after: SchemaSnapshot) -> Sche
     diff = SchemaDiff(added_tables=sorted(set(new) - set(old)), removed_tables=sorted(set(old) - set(new)))
     for name in sorted(set(old) & set(new)):
         a, b = old[name], new[name]
+        if _carried_over(a, b):
+            continue  # nothing of a carried-over table can differ
         cols_a = {c.name: c for c in a.columns}
         cols_b = {c.name: c for c in b.columns}
         diff.added_columns += [f"{name}.{c}" for c in cols_b if c not in cols_a]

@@ -68,6 +68,21 @@ def test_an_incremental_build_reads_the_vectors_it_reuses_from_the_live_build(su
     assert all(np.array_equal(all_vectors(new)[i], before[h]) for i, h in kept)
 
 
+def test_an_incremental_build_carries_reused_entries_as_stored_and_equals_a_full_build(support_copy: Path,
+                                                                                        tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state")
+    first = build(support_copy, store)
+    with sqlite3.connect(support_copy) as conn:
+        conn.execute("ALTER TABLE agents ADD COLUMN region TEXT")
+    changed = build(support_copy, store)
+    stored = {e.text_hash: e.document for e in store.stored_entries(first.build_id)}
+    carried = [e for e in store.stored_entries(changed.build_id) if e.table != "agents" and e.text_hash in stored]
+    assert carried and all(e.document == stored[e.text_hash] for e in carried)  # written back byte for byte
+    fresh = StateStore(tmp_path / "fresh")
+    full = build(support_copy, fresh)
+    assert store.entries(changed.build_id) == fresh.entries(full.build_id)  # same entries, same order
+
+
 def test_a_new_entry_format_rewrites_every_table(support_copy: Path, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     import nl2sql.index.build as building

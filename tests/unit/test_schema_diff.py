@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nl2sql.datasources.models import ColumnInfo, ForeignKey, SchemaSnapshot, TableInfo
-from nl2sql.schema.snapshot import diff_snapshots, fingerprint
+from nl2sql.schema.snapshot import changed_tables, diff_snapshots, fingerprint
 
 TABLES = ["tickets", "agents", "customers"]
 COLUMNS = ["id", "name", "agent_id", "status"]
@@ -34,6 +34,26 @@ def snapshots(draw: st.DrawFn) -> SchemaSnapshot:
 def test_the_diff_is_empty_exactly_when_the_fingerprints_match(before: SchemaSnapshot, after: SchemaSnapshot) -> None:
     assert diff_snapshots(before, after).empty == (fingerprint(before) == fingerprint(after))
     assert diff_snapshots(after, after).empty
+
+
+@settings(max_examples=300, deadline=None)
+@given(snapshots(), snapshots(), st.lists(st.sampled_from(TABLES), unique=True))
+def test_changed_tables_are_those_whose_shape_or_row_count_differs(before: SchemaSnapshot, after: SchemaSnapshot,
+                                                                   carried: list[str]) -> None:
+    # some tables carried over as reflection carries them: copies sharing the previous table's lists
+    old = {t.name: t for t in before.tables}
+    after = after.model_copy(update={"tables": [old[t.name].model_copy() if t.name in carried and t.name in old else t
+                                                for t in after.tables]})
+    expected = [t.name for t in after.tables
+                if t.name not in old or fingerprint(_alone(old[t.name])) != fingerprint(_alone(t))]
+    assert changed_tables(before, after) == expected
+    assert diff_snapshots(before, after).empty == (fingerprint(before) == fingerprint(after))
+    counted = after.model_copy(update={"tables": [t.model_copy(update={"row_count": 7}) for t in after.tables]})
+    assert changed_tables(after, counted) == [t.name for t in after.tables]  # a row count alone is a change
+
+
+def _alone(table: TableInfo) -> SchemaSnapshot:
+    return SchemaSnapshot(datasource_id="support", dialect="sqlite", tables=[table])
 
 
 @settings(max_examples=200, deadline=None)
