@@ -133,11 +133,12 @@ def profile_tables(adapter: Adapter, plan: BuildPlan, settings: ProfileSettings,
 
 def relate_tables(adapter: Adapter, plan: BuildPlan, settings: ProfileSettings) -> BuildPlan:
     """The plan with the keys its database does not declare, inferred from names and a bounded sample of values
-    (`nl2sql.schema.inferred_keys`; none with `profile.infer_keys` off); the live build's when no table changed.
-    A column that cannot be sampled is only left without an inferred key."""
+    (`nl2sql.schema.inferred_keys`; None with `profile.infer_keys` off); the live build's where nothing they rest
+    on changed. A column that cannot be sampled is only left without an inferred key."""
     previous = plan.previous
+    inferred: InferredKeys | None
     if not settings.infer_keys:
-        inferred = InferredKeys()
+        inferred = None  # not inferred (rather than none found): a later build with the setting on infers them all
     elif previous is not None and previous.inferred_keys is not None and not plan.changed_tables:
         inferred = previous.inferred_keys
     else:
@@ -146,7 +147,8 @@ def relate_tables(adapter: Adapter, plan: BuildPlan, settings: ProfileSettings) 
                 return adapter.sample_columns(table, columns, sample_rows=rows)
             except Exception:  # one column's sample must not sink the build
                 return pd.DataFrame({c: [] for c in columns}, dtype=object)
-        inferred = infer_keys(plan.snapshot, sample, sample_rows=settings.sample_rows)
+        inferred = infer_keys(plan.snapshot, sample, sample_rows=settings.sample_rows, previous=previous,
+                              changed=plan.changed_tables)
     return replace(plan, snapshot=plan.snapshot.model_copy(update={"inferred_keys": inferred}))
 
 

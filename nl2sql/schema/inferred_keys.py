@@ -22,7 +22,7 @@ validator read, where each inferred reference is a `ForeignKey` with its `confid
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import pandas as pd
 
@@ -58,9 +58,20 @@ def likely_key_names(table: str) -> list[str]:
     return ["id", *(f"{form}id" for form in _forms(table))]
 
 
-def infer_keys(snapshot: SchemaSnapshot, sample: SampleColumns, *, sample_rows: int = SAMPLE_ROWS) -> InferredKeys:
-    """The likely keys of the tables that declare none, and the likely references of their columns."""
+def infer_keys(snapshot: SchemaSnapshot, sample: SampleColumns, *, sample_rows: int = SAMPLE_ROWS,
+               previous: SchemaSnapshot | None = None, changed: Collection[str] = ()) -> InferredKeys:
+    """The likely keys of the tables that declare none, and the likely references of their columns.
+
+    Given the previous snapshot (with the keys inferred for it) and the tables changed since (`changed`, by
+    qualified name; added and removed tables count as changed), an unchanged table keeps what was inferred for it
+    unless it rests on a changed table: a table's likely key rests on its own values only, its references on the
+    tables whose keys their names can point at. Only the rest is sampled again (one altered table of a big schema
+    no longer samples every table).
+    """
     tables = {_qualified(t): t for t in snapshot.tables if t.kind == "table"}
+    before = previous.inferred_keys if previous is not None else None
+    old_tables = {_qualified(t): t for t in previous.tables if t.kind == "table"} if previous is not None else {}
+    stale = set(changed) | (set(tables) ^ set(old_tables))
     frames: dict[tuple[str, str], pd.Series] = {}
 
     def values(table: TableInfo, column: str) -> pd.Series:
@@ -73,6 +84,10 @@ def infer_keys(snapshot: SchemaSnapshot, sample: SampleColumns, *, sample_rows: 
     for name, table in tables.items():
         if table.primary_key:
             continue
+        if before is not None and name not in stale:
+            if name in before.primary_keys:
+                primary[name] = before.primary_keys[name]
+            continue
         wanted = likely_key_names(table.name)
         for column in sorted((c for c in table.columns if _norm(c.name) in wanted), key=lambda c: wanted.index(_norm(c.name))):
             got = values(table, column.name)
@@ -84,17 +99,22 @@ def infer_keys(snapshot: SchemaSnapshot, sample: SampleColumns, *, sample_rows: 
     by_key: dict[str, list[tuple[str, str]]] = {}
     by_form: dict[str, list[tuple[str, str]]] = {}
     for name, key in keys.items():
-        if len(key) != 1:
-            continue
-        if _norm(key[0]) != "id":
-            by_key.setdefault(_norm(key[0]), []).append((name, key[0]))
-        else:
-            for form in _forms(tables[name].name):
-                by_form.setdefault(f"{form}id", []).append((name, key[0]))
+        for pointer in _pointers(tables[name], key):
+            (by_form if _norm(key[0]) == "id" else by_key).setdefault(pointer, []).append((name, key[0]))
+    # the names by which a column could point at a changed table, before or after the change
+    old_keys = {name: t.primary_key or (before.primary_keys.get(name, []) if before else []) for name, t in
+                old_tables.items()}
+    touched = {pointer for name in stale for table, key in ((tables.get(name), keys.get(name)),
+                                                             (old_tables.get(name), old_keys.get(name)))
+               if table is not None and key for pointer in _pointers(table, key)}
     references: dict[str, list[ForeignKey]] = {}
     for name, table in tables.items():
         if table.foreign_keys:
             continue  # a table that declares its references is taken at its word
+        if before is not None and name not in stale and not any(_norm(c.name) in touched for c in table.columns):
+            if name in before.foreign_keys:
+                references[name] = before.foreign_keys[name]
+            continue
         own = {c.lower() for c in keys[name]}
         for column in table.columns:
             if column.name.lower() in own:
@@ -115,6 +135,16 @@ def infer_keys(snapshot: SchemaSnapshot, sample: SampleColumns, *, sample_rows: 
                     ref_schema=target.schema_name, confidence=round(share, 3)))
                 break
     return InferredKeys(primary_keys=primary, foreign_keys=references)
+
+
+def _pointers(table: TableInfo, key: Sequence[str]) -> list[str]:
+    """The normalized column names that can point at a table with this key: the key's own name (`albumid`), or,
+    for a key named `id`, `<table>id` in the table name's forms; none for a key of several columns or none."""
+    if len(key) != 1:
+        return []
+    if _norm(key[0]) != "id":
+        return [_norm(key[0])]
+    return [f"{form}id" for form in _forms(table.name)]
 
 
 def _containment(column: pd.Series, key: pd.Series) -> float | None:

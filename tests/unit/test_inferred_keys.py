@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from benchmarks.retrieval.keyless import strip_keys
 from nl2sql.datasources import adapter_class
@@ -136,3 +138,46 @@ def test_retrieval_completes_a_join_on_an_inferred_key(keyless_demo: Path, infer
     else:
         assert genre_id is None or genre_id.references is None
         assert schema.foreign_keys == []
+
+
+NAMES = ["album", "artist", "genre", "track", "playlist"]
+
+
+@st.composite
+def keyless_databases(draw: st.DrawFn) -> tuple[list[TableInfo], dict[str, pd.DataFrame]]:
+    """Keyless tables whose columns name each other (`id`, `<table>_id`, `<other>_id`), with values that make
+    some of those keys and references hold and others not."""
+    names = draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=5, unique=True))
+    tables, data = [], {}
+    for name in names:
+        own = draw(st.sampled_from(["id", f"{name}_id"]))
+        others = draw(st.lists(st.sampled_from([f"{n}_id" for n in NAMES if n != name] + ["id"]), max_size=3,
+                               unique=True))
+        columns = [own, *[c for c in others if c != own]]
+        rows = draw(st.integers(1, 4))
+        frame = {c: draw(st.lists(st.integers(0, 4), min_size=rows, max_size=rows)) for c in columns}
+        tables.append(table(name, *((c, "INTEGER") for c in columns)))
+        data[name] = pd.DataFrame(frame, dtype=object)
+    return tables, data
+
+
+@settings(max_examples=300, deadline=None)
+@given(keyless_databases(), keyless_databases(), st.data())
+def test_inferring_again_after_a_change_equals_inferring_from_scratch(
+        first: tuple[list[TableInfo], dict[str, pd.DataFrame]], second: tuple[list[TableInfo], dict[str, pd.DataFrame]],
+        draw: st.DataObject) -> None:
+    # the database after the change: some tables as they were (same columns, same values), the others as drawn
+    kept = draw.draw(st.lists(st.sampled_from([t.name for t in first[0]]), unique=True))
+    old_tables, old_data = first
+    new_tables = [t for t in old_tables if t.name in kept] + [t for t in second[0] if t.name not in kept]
+    new_data = {n: old_data[n] for n in kept} | {n: f for n, f in second[1].items() if n not in kept}
+
+    def sampler(data: dict[str, pd.DataFrame]):
+        return lambda t, cols, n: data[t.name][list(cols)].head(n)
+
+    before = SchemaSnapshot(datasource_id="db", dialect="sqlite", tables=old_tables)
+    before = before.model_copy(update={"inferred_keys": infer_keys(before, sampler(old_data))})
+    after = SchemaSnapshot(datasource_id="db", dialect="sqlite", tables=new_tables)
+    changed = [t.name for t in new_tables if t.name not in kept]
+    again = infer_keys(after, sampler(new_data), previous=before, changed=changed)
+    assert again == infer_keys(after, sampler(new_data))
