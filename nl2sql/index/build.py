@@ -135,19 +135,16 @@ def relate_tables(adapter: Adapter, plan: BuildPlan, settings: ProfileSettings) 
     """The plan with the keys its database does not declare, inferred from names and a bounded sample of values
     (`nl2sql.schema.inferred_keys`; None with `profile.infer_keys` off); the live build's where nothing they rest
     on changed. A column that cannot be sampled is only left without an inferred key."""
-    previous = plan.previous
     inferred: InferredKeys | None
     if not settings.infer_keys:
         inferred = None  # not inferred (rather than none found): a later build with the setting on infers them all
-    elif previous is not None and previous.inferred_keys is not None and not plan.changed_tables:
-        inferred = previous.inferred_keys
     else:
         def sample(table: TableInfo, columns: Sequence[str], rows: int) -> pd.DataFrame:
             try:
                 return adapter.sample_columns(table, columns, sample_rows=rows)
             except Exception:  # one column's sample must not sink the build
                 return pd.DataFrame({c: [] for c in columns}, dtype=object)
-        inferred = infer_keys(plan.snapshot, sample, sample_rows=settings.sample_rows, previous=previous,
+        inferred = infer_keys(plan.snapshot, sample, sample_rows=settings.sample_rows, previous=plan.previous,
                               changed=plan.changed_tables)
     return replace(plan, snapshot=plan.snapshot.model_copy(update={"inferred_keys": inferred}))
 
@@ -175,11 +172,13 @@ def embed_entries(entries: Sequence[BuildEntry], embedder: Embedder, store: Stat
     from its memory-mapped file), another known text's from the cache, the rest embedded; (vectors, embedded,
     cached)."""
     matrix = np.empty((len(entries), embedder.dimensions), dtype=np.float32)
-    carried = [(i, e.position) for i, e in enumerate(entries) if isinstance(e, StoredEntry)]
-    rows = previous_vectors(store, datasource_id, previous, embedder.model_id, [at for _, at in carried])
-    if rows is not None:
-        matrix[[i for i, _ in carried]] = rows
-    todo = [i for i, e in enumerate(entries) if rows is None or not isinstance(e, StoredEntry)]
+    carried = {i: e.position for i, e in enumerate(entries) if isinstance(e, StoredEntry)}
+    rows = previous_vectors(store, datasource_id, previous, embedder.model_id, list(carried.values()))
+    if rows is None:
+        carried = {}
+    else:
+        matrix[list(carried)] = rows
+    todo = [i for i in range(len(entries)) if i not in carried]
     hashes = {i: entries[i].text_hash for i in todo}
     known = store.cached_vectors(embedder.model_id, list(hashes.values()))
     text_of = {hashes[i]: entries[i].text for i in todo}

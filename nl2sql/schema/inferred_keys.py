@@ -69,8 +69,9 @@ def infer_keys(snapshot: SchemaSnapshot, sample: SampleColumns, *, sample_rows: 
     no longer samples every table).
     """
     tables = {_qualified(t): t for t in snapshot.tables if t.kind == "table"}
+    # what was inferred before can be kept only where the previous snapshot carries it
     before = previous.inferred_keys if previous is not None else None
-    old_tables = {_qualified(t): t for t in previous.tables if t.kind == "table"} if previous is not None else {}
+    old_tables = {_qualified(t): t for t in previous.tables if t.kind == "table"} if previous and before else {}
     stale = set(changed) | (set(tables) ^ set(old_tables))
     frames: dict[tuple[str, str], pd.Series] = {}
 
@@ -102,8 +103,8 @@ def infer_keys(snapshot: SchemaSnapshot, sample: SampleColumns, *, sample_rows: 
         for pointer in _pointers(tables[name], key):
             (by_form if _norm(key[0]) == "id" else by_key).setdefault(pointer, []).append((name, key[0]))
     # the names by which a column could point at a changed table, before or after the change
-    old_keys = {name: t.primary_key or (before.primary_keys.get(name, []) if before else []) for name, t in
-                old_tables.items()}
+    old_keys = {name: t.primary_key or before.primary_keys.get(name, [])
+                for name, t in old_tables.items()} if before is not None else {}
     touched = {pointer for name in stale for table, key in ((tables.get(name), keys.get(name)),
                                                              (old_tables.get(name), old_keys.get(name)))
                if table is not None and key for pointer in _pointers(table, key)}
