@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.perf.ask_overhead import pct  # noqa: E402
+from nl2sql.index.chunks import EntryTable  # noqa: E402
 from nl2sql.index.retrieve import LiveIndex  # noqa: E402
 from nl2sql.index.vectors import all_vectors, build_index, read_index, write_index  # noqa: E402
 
@@ -47,7 +48,7 @@ def main() -> None:
     index, kind = build_index(vectors)
     write_index(index, path)
     del index
-    live = LiveIndex("bench", [None] * args.entries, read_index(path, mapped=True), None)  # type: ignore[list-item]
+    live = LiveIndex("bench", EntryTable(), read_index(path, mapped=True), None)  # scores by position only
     copied = all_vectors(read_index(path))  # what a build held in memory before: every vector, copied out
     queries = rng.normal(size=(args.runs, DIM)).astype(np.float32)
     queries /= np.linalg.norm(queries, axis=1, keepdims=True)

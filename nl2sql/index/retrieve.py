@@ -46,12 +46,13 @@ from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Container, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
+from typing import Any
 
 import faiss
 import numpy as np
 
 from nl2sql.datasources.models import ForeignKey, SchemaSnapshot, TableInfo
-from nl2sql.index.chunks import Entry, qualified, words
+from nl2sql.index.chunks import Entry, EntryTable, qualified, repeating_columns, words
 from nl2sql.index.embed import Embedder
 from nl2sql.index.store import StateStore
 from nl2sql.index.vectors import EXACT_UP_TO, EntrySelector, flat_index, read_index, searched, similarities_of
@@ -85,23 +86,28 @@ class LiveIndex:
     store's file), and the snapshot it was built from."""
 
     build_id: str
-    entries: list[Entry]
+    entries: EntryTable  # entries held as objects are turned into columns
     index: faiss.Index
     snapshot: SchemaSnapshot | None
     _facts: SchemaFacts | None = field(default=None, repr=False)
     _layout: EntryLayout | None = field(default=None, repr=False)
     _terms: TermIndex | None = field(default=None, repr=False)
-    _joins: dict[str, set[str]] | None = field(default=None, repr=False)
+    _joins: dict[str, tuple[str, ...]] | None = field(default=None, repr=False)
     graph: bool = False  # an HNSW index: past EXACT_UP_TO visible entries, a question searches its graph
     _kinds: dict[str, np.ndarray] | None = field(default=None, repr=False)
     _views: OrderedDict[Hashable, ScopeView] = field(default_factory=OrderedDict, repr=False)
     _views_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _repeating: set[tuple[str, str]] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.entries, EntryTable):
+            self.entries = EntryTable.of(self.entries)
 
     @classmethod
-    def of_vectors(cls, build_id: str, entries: list[Entry], vectors: np.ndarray,
+    def of_vectors(cls, build_id: str, entries: Sequence[Entry] | EntryTable, vectors: np.ndarray,
                    snapshot: SchemaSnapshot | None) -> LiveIndex:
         """A live index over vectors held in memory (an edited or synthetic build)."""
-        return cls(build_id, entries, flat_index(vectors), snapshot)
+        return cls(build_id, entries, flat_index(vectors), snapshot)  # type: ignore[arg-type]
 
     def view(self, allows: Allows) -> ScopeView:
         """What a caller may see of this build (`ScopeView`), computed once per scope: `allows` is the key, so it
@@ -126,7 +132,7 @@ class LiveIndex:
     def similarities(self, query: np.ndarray, visible: np.ndarray) -> np.ndarray:
         """Cosine similarity of the (unit) query to each entry `visible` (a mask over the entries) marks, −inf to
         the others: FAISS reads the visible entries' vectors only, so what a caller may not see is never scored."""
-        out = np.full(len(self.entries), -np.inf, dtype=np.float32)
+        out = np.full(self.index.ntotal, -np.inf, dtype=np.float32)
         ids = np.flatnonzero(visible)
         out[ids] = self.scores(query, ids)
         return out
@@ -156,6 +162,12 @@ class LiveIndex:
             self._layout = EntryLayout.of(self.entries)
         return self._layout
 
+    def repeating(self) -> set[tuple[str, str]]:
+        """`chunks.repeating_columns` of this build's entries (computed once)."""
+        if self._repeating is None:
+            self._repeating = repeating_columns(self.entries)
+        return self._repeating
+
     def kind_counts(self, wanted: frozenset[str]) -> np.ndarray:
         """Per table of the layout, how many of the `wanted` kinds (`SchemaFacts.table_kinds`) it is."""
         with self._views_lock:
@@ -175,8 +187,8 @@ class LiveIndex:
             self._terms = TermIndex.of(self.entries)
         return self._terms
 
-    def joins(self) -> dict[str, set[str]]:
-        """Each table's neighbours by foreign key, either way, over the whole snapshot (computed once)."""
+    def joins(self) -> dict[str, tuple[str, ...]]:
+        """Each table's neighbours by foreign key, either way, sorted, over the whole snapshot (computed once)."""
         if self._joins is None:
             tables = {qualified(t): t for t in self.snapshot.tables} if self.snapshot else {}
             graph: dict[str, set[str]] = defaultdict(set)
@@ -186,7 +198,7 @@ class LiveIndex:
                     if target in tables and target != name:
                         graph[name].add(target)
                         graph[target].add(name)
-            self._joins = dict(graph)
+            self._joins = {name: tuple(sorted(near)) for name, near in graph.items()}
         return self._joins
 
 
@@ -203,17 +215,16 @@ class TermIndex:
     lengths: dict[tuple[str, ...], int]  # tables → words in those entries
 
     @classmethod
-    def of(cls, entries: Sequence[Entry]) -> TermIndex:
+    def of(cls, entries: EntryTable) -> TermIndex:
         """Count the words of every entry of a lexical kind (stop words and numbers left out)."""
         counts: dict[str, dict[tuple[str, ...], int]] = defaultdict(lambda: defaultdict(int))
         lengths: dict[tuple[str, ...], int] = defaultdict(int)
-        for entry in entries:
-            if entry.kind not in TERM_KINDS or entry.metadata.get("clause"):
+        for i, (kind, group, text) in enumerate(zip(entries.kinds, entries.tables_of, entries.texts, strict=True)):
+            if kind not in TERM_KINDS or (kind == "description" and entries.metadata(i).get("clause")):
                 continue  # (a description's clause repeats its words)
-            if entry.kind == "verified" and not entry.tables:
+            if kind == "verified" and not group:
                 continue  # a verified query's words count only with the tables it reads
-            group = tuple(entry.tables)
-            for term in content_terms(entry.text):
+            for term in content_terms(text):
                 counts[term][group] += 1
                 lengths[group] += 1
         return cls({t: dict(g) for t, g in counts.items()}, dict(lengths))
@@ -280,25 +291,26 @@ class EntryLayout:
     starts: np.ndarray  # where each table's group begins in `by_table`
 
     @classmethod
-    def of(cls, entries: Sequence[Entry]) -> EntryLayout:
-        names = sorted({e.table for e in entries if e.table is not None and e.kind != "verified"})
+    def of(cls, entries: EntryTable) -> EntryLayout:
+        rows = list(zip(entries.kinds, entries.tables, entries.tables_of, strict=True))
+        names = sorted({table for kind, table, _ in rows if table is not None and kind != "verified"})
         index = {t: i for i, t in enumerate(names)}
         table_of = np.full(len(entries), -1, dtype=np.int64)
         schema_kind = np.zeros(len(entries), dtype=bool)
         columns: dict[str, list[int]] = defaultdict(list)
         table_entry: dict[str, int] = {}
         multi = []
-        for i, e in enumerate(entries):
-            if e.kind in ("table", "column", "relationship") and e.table in index:
-                table_of[i] = index[e.table]
+        for i, (kind, table, tables) in enumerate(rows):
+            if kind in ("table", "column", "relationship") and table in index:
+                table_of[i] = index[table]
                 schema_kind[i] = True
-            if len(e.tables) > 1 and e.kind in ("table", "column", "relationship"):
+            if len(tables) > 1 and kind in ("table", "column", "relationship"):
                 multi.append(i)
-            if e.kind == "column" and e.table is not None:
-                columns[e.table].append(i)
-            if e.kind == "table" and e.table is not None:
-                table_entry[e.table] = i
-        multi_tables = [frozenset(entries[i].tables) for i in multi]
+            if kind == "column" and table is not None:
+                columns[table].append(i)
+            if kind == "table" and table is not None:
+                table_entry[table] = i
+        multi_tables = [frozenset(entries.tables_of[i]) for i in multi]
         placed = np.flatnonzero(table_of >= 0)
         by_table = placed[np.argsort(table_of[placed], kind="stable")]
         starts = np.searchsorted(table_of[by_table], np.arange(len(names)))
@@ -348,11 +360,12 @@ class ScopeView:
 
     def __init__(self, live: LiveIndex, allows: Allows) -> None:
         self.live, self.allows = live, allows
+        self._word_counts: dict[str, int] = {}  # BM25's count of each word asked about so far
 
     @functools.cached_property
     def table_ok(self) -> dict[str, bool]:
         """Every table some entry is about, and whether the caller may read it."""
-        return {t: bool(self.allows(t)) for t in {t for e in self.live.entries for t in e.tables}}
+        return {t: bool(self.allows(t)) for t in {t for group in set(self.live.entries.tables_of) for t in group}}
 
     @functools.cached_property
     def visible_tables(self) -> frozenset[str]:
@@ -366,15 +379,21 @@ class ScopeView:
         return {name: t for t in (snapshot.tables if snapshot else []) if self.allows(name := qualified(t))}
 
     @functools.cached_property
+    def readable_columns(self) -> int:
+        """How many columns the readable tables have in all."""
+        return sum(len(t.columns) for t in self.readable.values())
+
+    @functools.cached_property
     def routing_ids(self) -> np.ndarray:
         """Positions of the entries routing counts (`chunks.counts_for`, inlined)."""
-        ok = self.table_ok
-        return np.array([i for i, e in enumerate(self.live.entries)
-                         if all(ok[t] for t in e.tables) and (e.tables or e.kind != "verified")], dtype=np.int64)
+        ok, entries = self.table_ok, self.live.entries
+        counted = {group: all(ok[t] for t in group) for group in set(entries.tables_of)}
+        return np.array([i for i, (kind, group) in enumerate(zip(entries.kinds, entries.tables_of, strict=True))
+                         if counted[group] and (group or kind != "verified")], dtype=np.int64)
 
     def _routing_ids_of(self, kinds: Container[str]) -> np.ndarray:
-        entries = self.live.entries
-        return np.array([i for i in self.routing_ids.tolist() if entries[i].kind in kinds], dtype=np.int64)
+        of_kind = self.live.entries.kinds
+        return np.array([i for i in self.routing_ids.tolist() if of_kind[i] in kinds], dtype=np.int64)
 
     @functools.cached_property
     def evidence_ids(self) -> np.ndarray:
@@ -426,9 +445,15 @@ class ScopeView:
         return self.live.terms().seen_by(lambda group: all(map(self.allows, group)))
 
     def term_counts(self, words: set[str]) -> tuple[dict[str, int], int]:
-        """(occurrences of each given word, words in all) over the entries the caller may see (`TermIndex`)."""
+        """(occurrences of each given word, words in all) over the entries the caller may see (`TermIndex`); each
+        word's count is kept with the view once worked out (a common word occurs in thousands of tables' entries)."""
         seen, total = self._term_groups
-        return self.live.terms().counted(words, seen), total
+        known = self._word_counts
+        missing = {w for w in words if w not in known}
+        if missing:
+            counted = self.live.terms().counted(missing, seen)
+            known.update({w: counted.get(w, 0) for w in missing})
+        return {w: known[w] for w in words if known[w]}, total
 
 
 # --- what a question says besides its vector ---------------------------------------------------
@@ -604,76 +629,81 @@ class SchemaFacts:
 
     table_words: dict[str, frozenset[str]]
     column_words: dict[tuple[str, str], frozenset[str]]
-    column_kinds: dict[str, dict[str, set[str]]]
+    column_kinds: dict[str, dict[str, frozenset[str]]]
     table_kinds: dict[str, set[str]]
     samples: dict[tuple[str, str], list[str]]
     values: dict[str, list[tuple[tuple[str, ...], str, str]]]
     value_words: dict[str, set[tuple[str, str]]]
     vocabulary: frozenset[str]
-    _by_word: dict[str, list[tuple[str, str]]] | None = field(default=None, repr=False)
-    _tables_by_word: dict[str, list[str]] | None = field(default=None, repr=False)
+
+    @functools.cached_property
+    def _column_sets(self) -> WordSets:
+        return WordSets(self.column_words)
+
+    @functools.cached_property
+    def _table_sets(self) -> WordSets:
+        return WordSets(self.table_words)
 
     def named_columns(self, terms: set[str] | frozenset[str], tables: Container[str]) -> set[tuple[str, str]]:
         """Columns of `tables` whose every word is among `terms` (key columns, which have none, never)."""
-        if self._by_word is None:
-            by_word: dict[str, list[tuple[str, str]]] = defaultdict(list)
-            for key, spelled in self.column_words.items():
-                for word in spelled:
-                    by_word[word].append(key)
-            self._by_word = dict(by_word)
-        candidates = {key for term in terms for key in self._by_word.get(term, ())}
-        return {key for key in candidates if key[0] in tables and self.column_words[key] <= terms}
+        return {key for key in self._column_sets.named(terms) if key[0] in tables}
 
     def named_tables(self, terms: set[str] | frozenset[str], tables: Container[str]) -> set[str]:
         """Tables of `tables` whose name's every word is among `terms` ("customers" → Customer)."""
-        if self._tables_by_word is None:
-            by_word: dict[str, list[str]] = defaultdict(list)
-            for table, spelled in self.table_words.items():
-                for word in spelled:
-                    by_word[word].append(table)
-            self._tables_by_word = dict(by_word)
-        candidates = {t for term in terms for t in self._tables_by_word.get(term, ())}
-        return {t for t in candidates if t in tables and self.table_words[t] <= terms}
+        return {t for t in self._table_sets.named(terms) if t in tables}
 
     @classmethod
-    def of(cls, snapshot: SchemaSnapshot | None, entries: Sequence[Entry]) -> SchemaFacts:
-        """The facts of one build."""
+    def of(cls, snapshot: SchemaSnapshot | None, entries: EntryTable) -> SchemaFacts:
+        """The facts of one build. Equal words, word sets, kinds and (table, column) keys are one object each: at
+        20,000 tables a copy of each per column held a third of what serving a build takes."""
+        shared: dict[Hashable, Any] = {}
+
+        def one(value: Hashable) -> Any:
+            return shared.setdefault(value, value)
+
+        def spelled(text: str) -> list[str]:
+            return [one(w) for w in terms_of(text)]
+
         table_words: dict[str, frozenset[str]] = {}
         column_words: dict[tuple[str, str], frozenset[str]] = {}
-        kinds: dict[str, dict[str, set[str]]] = {}
+        kinds: dict[str, dict[str, frozenset[str]]] = {}
         for table in snapshot.tables if snapshot else []:
             name = qualified(table)
-            table_words[name] = frozenset(terms_of(words(table.name)))
-            kinds[name] = {col.name: column_kinds(col.name, col.type) for col in table.columns}
+            table_words[name] = one(frozenset(spelled(words(table.name))))
+            found_kinds = {col.name: column_kinds(col.name, col.type) for col in table.columns}
             for col in table.columns:
-                spelled = terms_of(words(col.name))
-                column_words[(name, col.name)] = frozenset() if spelled[-1:] == ["id"] else frozenset(spelled)
-            if any("person" in k for k in kinds[name].values()):  # a person's name, not a job title, names a row
-                for k in kinds[name].values():
+                said = spelled(words(col.name))
+                column_words[(name, col.name)] = one(frozenset() if said[-1:] == ["id"] else frozenset(said))
+            if any("person" in k for k in found_kinds.values()):  # a person's name, not a job title, names a row
+                for k in found_kinds.values():
                     if "person" not in k:
                         k.discard("name")
+            kinds[name] = {column: one(frozenset(k)) for column, k in found_kinds.items()}
         table_kinds = {}
         for name, columns in kinds.items():
             found = set().union(*columns.values())
             if "quantity" in found or {"money", "time"} <= found:
                 found.add("transaction")
             table_kinds[name] = found
-        samples: dict[tuple[str, str], list[str]] = {}
+        samples: dict[tuple[str, str], list[str]] = {}  # only columns with sampled values
         values: dict[str, list[tuple[tuple[str, ...], str, str]]] = defaultdict(list)
         value_words: dict[str, set[tuple[str, str]]] = defaultdict(set)
-        for entry in entries:
-            if entry.kind != "column" or not entry.table or not entry.column:
+        for i, (kind, table, column) in enumerate(zip(entries.kinds, entries.tables, entries.columns, strict=True)):
+            if kind != "column" or not table or not column:
                 continue
-            found = [str(v) for v in entry.metadata.get("samples") or []]
-            samples[(entry.table, entry.column)] = found
-            for value in found:
-                tokens = tuple(terms_of(value))
+            found_values = [str(v) for v in entries.metadata(i).get("samples") or []]
+            if not found_values:
+                continue
+            key = one((table, column))
+            samples[key] = found_values
+            for value in found_values:
+                tokens = tuple(spelled(value))
                 meaningful = [t for t in tokens if t not in _STOP and len(t) > 2 and not t.isdigit()]
                 if not meaningful:
                     continue
-                values[tokens[0]].append((tokens, entry.table, entry.column))
+                values[tokens[0]].append((one(tokens), table, column))
                 for token in meaningful:
-                    value_words[token].add((entry.table, entry.column))
+                    value_words[token].add(key)
         vocabulary = frozenset().union(*table_words.values(), *column_words.values())
         return cls(table_words, column_words, kinds, table_kinds, samples, dict(values), dict(value_words),
                    vocabulary)
@@ -709,6 +739,31 @@ class SchemaFacts:
             else:
                 unmatched.append(name)
         return hits, unmatched
+
+
+class WordSets:
+    """Names grouped by the set of words they are spelled with: a question's words are checked against each distinct
+    set that shares one of them, so the cost follows how many ways names are spelled, not how many names share a
+    word ("name" is a word of thousands of columns, spelled alike)."""
+
+    def __init__(self, spelled: Mapping[Hashable, frozenset[str]]) -> None:
+        groups: dict[frozenset[str], list] = defaultdict(list)
+        for name, found in spelled.items():
+            if found:  # (a key column is spelled with no word: no question names it)
+                groups[found].append(name)
+        self.groups = dict(groups)
+        by_word: dict[str, list[frozenset[str]]] = defaultdict(list)
+        for found in self.groups:
+            for word in found:
+                by_word[word].append(found)
+        self.by_word = dict(by_word)
+
+    def named(self, terms: set[str] | frozenset[str]) -> Iterator[Hashable]:
+        """Each name whose every word is among `terms`."""
+        candidates = {found for term in terms for found in self.by_word.get(term, ())}
+        for found in candidates:
+            if found <= terms:
+                yield from self.groups[found]
 
 
 @dataclass
@@ -849,7 +904,7 @@ class Retriever:
                 snapshot = self.store.snapshot(datasource_id, info.fingerprint) if info.fingerprint else None
                 # keys the database does not declare, inferred at build time, read like declared ones from here on
                 snapshot = with_inferred_keys(snapshot) if snapshot is not None else None
-                cached = LiveIndex(info.build_id, self.store.entries(info.build_id), index, snapshot,
+                cached = LiveIndex(info.build_id, self.store.entry_table(info.build_id), index, snapshot,
                                    graph=hasattr(index, "hnsw"))
                 self._live[datasource_id] = cached
                 if info.model_id and info.model_id != self.embedder.model_id:
@@ -915,7 +970,7 @@ class Retriever:
                     maxima[position[t]] = float(sims[entries].max())
 
         complete(named | valued_tables)
-        if sum(len(t.columns) for t in tables.values()) <= whole_schema_columns:
+        if view.readable_columns <= whole_schema_columns:
             # small enough to send whole: nothing the question needs is left out, and in the snapshot's order the
             # prompt's schema is the same for every question (a model server's prefix cache then reuses it)
             whole = list(tables)
@@ -1005,8 +1060,9 @@ class _LazyColumnSims(dict):
     def _fill(self, table: str) -> None:
         if table not in self._done:
             self._done.add(table)
+            columns = self._live.entries.columns
             for i in self._layout.columns.get(table, []):
-                column = self._live.entries[i].column
+                column = columns[i]
                 if column:
                     super().__setitem__((table, column), float(self._sims[i]))
 
@@ -1099,7 +1155,7 @@ def _mmr(ranked: list[str], relevance: dict[str, float], vectors: dict[str, np.n
     return picked
 
 
-def _bridges(chosen: list[str], tables: Container[str], graph: dict[str, set[str]], max_hops: int = 3) -> list[str]:
+def _bridges(chosen: list[str], tables: Container[str], graph: Mapping[str, Sequence[str]], max_hops: int = 3) -> list[str]:
     """Tables on short foreign-key paths (through `tables` only) that join the chosen tables: a greedy
     Steiner tree.
 
@@ -1112,7 +1168,7 @@ def _bridges(chosen: list[str], tables: Container[str], graph: dict[str, set[str
     connected = {chosen[0]}
     remaining = [t for t in chosen[1:] if t != chosen[0]]
     while remaining:
-        previous = _reach(graph, connected, max_hops, tables)
+        previous = _reach(graph, connected, max_hops, tables, stop=remaining)
         reachable = [t for t in remaining if t in previous]
         target = reachable[0] if reachable else remaining[0]
         if reachable:
@@ -1128,19 +1184,23 @@ def _bridges(chosen: list[str], tables: Container[str], graph: dict[str, set[str
     return added
 
 
-def _reach(graph: dict[str, set[str]], sources: set[str], max_hops: int,
-           allowed: Container[str]) -> dict[str, str | None]:
-    """Breadth-first from `sources` through `allowed` nodes: each reached node's predecessor on a shortest path."""
+def _reach(graph: Mapping[str, Sequence[str]], sources: set[str], max_hops: int,
+           allowed: Container[str], stop: Container[str] = ()) -> dict[str, str | None]:
+    """Breadth-first from `sources` through `allowed` nodes (each node's neighbours in order): each reached node's
+    predecessor on a shortest path. With `stop`, no further than the first hop that reaches one of those nodes
+    (what `_bridges` joins next is among them; a hub table's neighbours of neighbours are thousands)."""
     previous: dict[str, str | None] = {s: None for s in sources}
     frontier = sorted(sources)
     for _ in range(max_hops):
         nxt = []
         for node in frontier:
-            for neighbour in sorted(graph.get(node, ())):
+            for neighbour in graph.get(node, ()):
                 if neighbour in allowed and neighbour not in previous:
                     previous[neighbour] = node
                     nxt.append(neighbour)
         frontier = nxt
+        if any(node in stop for node in nxt):
+            break
     return previous
 
 

@@ -135,7 +135,9 @@ def route(retriever: Retriever, question: str, datasource_ids: Sequence[str], al
             # the caller's entries only: all scored, unless they are many in a graph index (see `schema_for`)
             scored = live.scores(query, evidence) if not live.graph or len(evidence) <= EXACT_UP_TO else \
                 live.search(query, view.evidence_selector, EVIDENCE_TOP)[1]
-            top = np.sort(scored)[-EVIDENCE_TOP:].tolist()
+            # the EVIDENCE_TOP best, ascending (a partition, not a sort of every score)
+            top = np.sort(scored[np.argpartition(scored, -EVIDENCE_TOP)[-EVIDENCE_TOP:]] if len(scored) > EVIDENCE_TOP
+                          else scored).tolist()
             if len(described):
                 top = sorted([*top, float(live.scores(query, described).max())])[-EVIDENCE_TOP:]
             if not top:  # only example questions: their best similarity stands in
@@ -152,7 +154,7 @@ def route(retriever: Retriever, question: str, datasource_ids: Sequence[str], al
             sizes[ds] = len(visible)
             best[ds] = float(sims.max())
             for i, sim in zip(visible.tolist(), sims.tolist(), strict=True):
-                kind = live.entries[i].kind
+                kind = live.entries.kinds[i]
                 if kind in hits:
                     hits[kind].append((sim, ds))
         if lexical:
@@ -280,6 +282,12 @@ def fuse(rankings: dict[str, list[str]], datasource_ids: Sequence[str], rrf_k: i
     return scores
 
 
+@functools.lru_cache(maxsize=65_536)
+def value_terms(value: str) -> frozenset[str]:
+    """A profiled value's words as a question's are read, numbers left out (kept: the same values come up again)."""
+    return frozenset(w for w in read_question(value).terms if not w.isdigit())
+
+
 def lexical_score(live: LiveIndex, cues: Cues, visible: set[str]) -> float:
     """How many of the question's words name a visible table (2), column (1) or profiled value (2) of a build.
 
@@ -298,7 +306,7 @@ def lexical_score(live: LiveIndex, cues: Cues, visible: set[str]) -> float:
         for value in facts.samples.get((table, column), []):
             # a value counts by the share of its words the question has: "Jazz" whole, "summer_sale_2011" for
             # "sales" half (a campaign named after a season is weak evidence of sales data)
-            spelled = {w for w in read_question(value).terms if not w.isdigit()}
+            spelled = value_terms(value)
             for word in spelled & cues.terms:
                 covered[word] = max(covered.get(word, 0.0), 2.0 * len(spelled & cues.terms) / len(spelled))
     return sum(covered.values())

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from nl2sql.datasources.models import SchemaSnapshot
-from nl2sql.index.chunks import BuildEntry, Entry, StoredEntry
+from nl2sql.datasources.models import SchemaSnapshot, share_field_sets
+from nl2sql.index.chunks import BuildEntry, Entry, EntryTable, StoredEntry
 from nl2sql.schema.snapshot import SchemaDiff
 
 #: Numbered migrations; `PRAGMA user_version` records how many have run.
@@ -279,6 +279,20 @@ class StateStore:
             rows = conn.execute("SELECT entry FROM entries WHERE build_id = ? ORDER BY position", (build_id,)).fetchall()
         return [Entry.model_validate_json(r[0]) for r in rows]
 
+    def entry_table(self, build_id: str) -> EntryTable:
+        """A build's entries in index order, as columns (`EntryTable`, what a live build holds): SQLite reads each
+        field out of the stored documents, none is decoded whole, and rows are read as they are added."""
+        out, tables_of = EntryTable(), {}
+        fields = ", ".join(f"json_extract(entry, '$.{f}')" for f in ("id", "datasource_id", "kind", "table", "column",
+                                                                     "tables", "text", "metadata"))
+        with self.connect() as conn:
+            for id_, ds, kind, table, column, tables, text, metadata in conn.execute(
+                    f"SELECT {fields} FROM entries WHERE build_id = ? ORDER BY position", (build_id,)):
+                if tables not in tables_of:
+                    tables_of[tables] = tuple(json.loads(tables)) if tables else ()
+                out.append(id_, ds, kind, table, column, tables_of[tables], text, metadata or "{}")
+        return out
+
     def stored_entries(self, build_id: str) -> list[StoredEntry]:
         """A build's entries as stored, in index order: kind, table and text read by SQLite, nothing decoded."""
         with self.connect() as conn:
@@ -292,7 +306,11 @@ class StateStore:
         with self.connect() as conn:
             row = conn.execute("SELECT snapshot FROM snapshots WHERE datasource_id = ? AND fingerprint = ?",
                                (datasource_id, fingerprint)).fetchone()
-        return SchemaSnapshot.model_validate_json(row[0]) if row else None
+        if row is None:
+            return None
+        snapshot = SchemaSnapshot.model_validate_json(row[0])
+        share_field_sets(snapshot)  # a third of a big snapshot's memory otherwise
+        return snapshot
 
     def diffs(self, datasource_id: str) -> list[tuple[str | None, str, float, SchemaDiff]]:
         """(from, to, when, diff) between consecutive snapshots, oldest first."""

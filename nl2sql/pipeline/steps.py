@@ -27,7 +27,7 @@ from nl2sql.errors import (
     ResultFlagged,
     SecurityViolation,
 )
-from nl2sql.index.chunks import qualified, repeating_columns
+from nl2sql.index.chunks import qualified
 from nl2sql.index.retrieve import LiveIndex
 from nl2sql.index.route import Routing, close_calls, without_evidence
 from nl2sql.llm.models import LLMParseError, Message
@@ -398,7 +398,7 @@ def _with_answer_shape(ctx: RunContext, state: RunState, sq: SubQuery, validated
     ties on), validated again; the plan as it was when the additions do not validate."""
     rules = ctx.config.settings.pipeline.planner.answer_shape
     shaped, added = shape_answer(validated.plan, {t.name: t for t in validated.tables}, rules,
-                                 repeating_columns(live.entries))
+                                 live.repeating())
     if not added:
         return validated
     assert live.snapshot is not None
@@ -527,11 +527,7 @@ def result_findings(ctx: RunContext, state: RunState, sq: SubQuery) -> list[Find
 
 def profiled_values(live: LiveIndex, item: LiteralFilter) -> list[str]:
     """A column's sample values as the live index build profiled them."""
-    table = qualified(item.table)
-    for entry in live.entries:
-        if entry.kind == "column" and entry.table == table and entry.column == item.column:
-            return [str(v) for v in entry.metadata.get("samples") or []]
-    return []
+    return list(live.facts().samples.get((qualified(item.table), item.column), []))
 
 
 def _probe(ctx: RunContext, state: RunState, sq: SubQuery) -> Probe:

@@ -104,7 +104,7 @@ def test_evidence_is_explained_and_counts_only_what_the_caller_may_read(demo_ind
 
 
 def test_term_index_skips_entries_of_tables_out_of_scope() -> None:
-    from nl2sql.index.chunks import Entry
+    from nl2sql.index.chunks import Entry, EntryTable
     from nl2sql.index.retrieve import TermIndex
 
     entries = [Entry(id="1", datasource_id="d", kind="table", text="invoice table: total, billing country.",
@@ -114,7 +114,7 @@ def test_term_index_skips_entries_of_tables_out_of_scope() -> None:
                Entry(id="3", datasource_id="d", kind="example", text="Which invoices were biggest?"),
                Entry(id="4", datasource_id="d", kind="relationship", text="invoice linked to customer.",
                      table="Invoice", tables=["Invoice", "Customer"])]
-    terms = TermIndex.of(entries)
+    terms = TermIndex.of(EntryTable.of(entries))
     everything = terms.visible({"invoice", "jazz", "customer"}, lambda group: True)
     assert everything == ({"invoice": 2, "jazz": 1}, 13)  # relationships only repeat their tables' words
     no_invoice = terms.visible({"invoice", "jazz"}, lambda group: "Invoice" not in group)
@@ -122,7 +122,7 @@ def test_term_index_skips_entries_of_tables_out_of_scope() -> None:
 
 
 def test_a_description_is_indexed_whole_and_by_clause_and_its_words_count_once() -> None:
-    from nl2sql.index.chunks import description_entries
+    from nl2sql.index.chunks import EntryTable, description_entries
     from nl2sql.index.retrieve import TermIndex
 
     entries = description_entries("support", "The customer support  desk: tickets by email; agents. Surveys 2010.")
@@ -131,7 +131,7 @@ def test_a_description_is_indexed_whole_and_by_clause_and_its_words_count_once()
     assert len({e.id for e in entries}) == 5 and {e.kind for e in entries} == {"description"}
     assert description_entries("support", "One clause only.")[0].text == "One clause only."
     assert len(description_entries("support", "One clause only.")) == 1 and description_entries("support", " ") == []
-    assert TermIndex.of(entries).visible({"desk", "email"}, lambda group: True) == ({"desk": 1, "email": 1}, 7)
+    assert TermIndex.of(EntryTable.of(entries)).visible({"desk", "email"}, lambda group: True) == ({"desk": 1, "email": 1}, 7)
 
 
 def test_the_routing_strategy_is_a_setting(demo_config, demo_index) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from nl2sql.config.models import ProfileSettings
 from nl2sql.datasources import adapter_class
+from nl2sql.datasources.models import ColumnInfo, SchemaSnapshot, TableInfo, share_field_sets
 from nl2sql.index import StateStore, build_datasource
 from nl2sql.index.embed import Embedder, shared_embedder
 from nl2sql.index.retrieve import Retriever
@@ -271,3 +272,54 @@ def test_a_new_state_database_becomes_wal_while_another_process_reads_it(tmp_pat
     _use_wal(writer)
     assert writer.execute("PRAGMA journal_mode").fetchone()[0] == "wal" and time.monotonic() - started >= 0.15
     _use_wal(sqlite3.connect(path, isolation_level=None))  # already WAL: nothing to switch
+
+
+def test_a_live_build_holds_its_entries_as_columns_that_read_back_as_the_stored_entries(support_copy: Path,
+                                                                                        tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state")
+    built = build(support_copy, store)
+    stored = store.entries(built.build_id)
+    table = store.entry_table(built.build_id)
+    assert len(table) == len(stored) and list(table) == stored and table[-1] == stored[-1]
+    assert table[1:3] == stored[1:3]
+    with pytest.raises(IndexError):
+        table[len(stored)]
+    columns = [i for i, e in enumerate(stored) if e.kind == "column"]
+    assert all(table.metadata(i) == stored[i].metadata for i in columns)
+    # a table's name and its tuple of tables are one object for all its entries (a big schema repeats them)
+    of_tickets = [i for i in columns if stored[i].table == "tickets"]
+    assert len({id(table.tables[i]) for i in of_tickets}) == 1 and len({id(table.tables_of[i]) for i in of_tickets}) == 1
+    live = Retriever(store, shared_embedder()).live("support")
+    assert live is not None and live.entries.ids == table.ids
+
+
+def test_a_loaded_snapshot_shares_its_field_sets_and_reads_and_dumps_as_recorded(support_copy: Path,
+                                                                                 tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state")
+    build(support_copy, store)
+    info = store.live_build("support")
+    assert info is not None and info.fingerprint
+    with store.connect() as conn:
+        recorded = conn.execute("SELECT snapshot FROM snapshots WHERE fingerprint = ?", (info.fingerprint,)).fetchone()[0]
+    snapshot = store.snapshot("support", info.fingerprint)
+    assert snapshot is not None
+    assert snapshot.model_dump_json() == recorded
+    assert snapshot.model_dump(exclude_unset=True) == SchemaSnapshot.model_validate_json(recorded).model_dump(
+        exclude_unset=True)
+    first, second = snapshot.tables[0].columns[0], snapshot.tables[1].columns[0]
+    assert first.__pydantic_fields_set__ is second.__pydantic_fields_set__
+    first.comment = "changed"  # setting a field marks nothing new on the others
+    assert second.__pydantic_fields_set__ == set(ColumnInfo.model_fields) and second.comment != "changed"
+
+
+def test_only_a_full_field_set_is_shared() -> None:
+    given = SchemaSnapshot(datasource_id="d", dialect="sqlite", tables=[TableInfo(name="t", columns=[
+        ColumnInfo(name="a", type="INTEGER"), ColumnInfo(name="b", type="TEXT", nullable=False, primary_key=True,
+                                                         comment=None)])])
+    share_field_sets(given)
+    partial, full = given.tables[0].columns
+    assert partial.__pydantic_fields_set__ == {"name", "type"} and full.__pydantic_fields_set__ == set(
+        ColumnInfo.model_fields)
+    partial.comment = "x"
+    assert partial.__pydantic_fields_set__ == {"name", "type", "comment"}
+    assert full.__pydantic_fields_set__ == set(ColumnInfo.model_fields)

@@ -146,13 +146,13 @@ def test_a_grouped_plan_gets_no_key(snapshot: SchemaSnapshot, demo_config: Confi
 @pytest.fixture(scope="module")
 def repeating(chinook_path: Path, snapshot: SchemaSnapshot) -> set[tuple[str, str]]:
     """The chinook columns whose profiled values repeat, read back from the column entries an index build writes."""
-    from nl2sql.index.chunks import column_entry, repeating_columns
+    from nl2sql.index.chunks import EntryTable, column_entry, repeating_columns
 
     adapter = adapter_class("sqlite")("chinook", f"sqlite:///{chinook_path}")
     tables = {t.name: t for t in snapshot.tables}
     entries = [column_entry("chinook", tables[p.table], p.column, p.type, p)
                for p in adapter.profile(snapshot, tables=["Playlist", "Genre", "Customer"])]
-    return repeating_columns(entries)
+    return repeating_columns(EntryTable.of(entries))
 
 
 def test_the_profile_says_which_labels_repeat(repeating: set[tuple[str, str]]) -> None:
