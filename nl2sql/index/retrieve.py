@@ -494,6 +494,7 @@ _STOP = frozenset(["a", "an", "and", "are", "at", "be", "by", "for", "from", "ho
                    "or", "the", "to", "was", "what", "which", "who", "with"])
 
 
+@functools.lru_cache(maxsize=1 << 17)  # a big schema's names repeat the same words millions of times
 def singular(word: str) -> str:
     """A crude singular, enough to match "customers" with "customer" and "countries" with "country".
 
@@ -667,13 +668,18 @@ class SchemaFacts:
         table_words: dict[str, frozenset[str]] = {}
         column_words: dict[tuple[str, str], frozenset[str]] = {}
         kinds: dict[str, dict[str, frozenset[str]]] = {}
+        read: dict[tuple[str, str], tuple[frozenset[str], frozenset[str]]] = {}  # (name, type) → words, kinds
         for table in snapshot.tables if snapshot else []:
             name = qualified(table)
             table_words[name] = one(frozenset(spelled(words(table.name))))
-            found_kinds = {col.name: column_kinds(col.name, col.type) for col in table.columns}
+            found_kinds = {}
             for col in table.columns:
-                said = spelled(words(col.name))
-                column_words[(name, col.name)] = one(frozenset() if said[-1:] == ["id"] else frozenset(said))
+                if (col.name, col.type) not in read:  # a big schema repeats its column names table after table
+                    said = spelled(words(col.name))
+                    read[(col.name, col.type)] = (one(frozenset() if said[-1:] == ["id"] else frozenset(said)),
+                                                  frozenset(column_kinds(col.name, col.type)))
+                column_words[(name, col.name)], kinds_of = read[(col.name, col.type)]
+                found_kinds[col.name] = set(kinds_of)
             if any("person" in k for k in found_kinds.values()):  # a person's name, not a job title, names a row
                 for k in found_kinds.values():
                     if "person" not in k:
