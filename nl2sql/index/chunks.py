@@ -13,7 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal, overload
@@ -89,21 +90,25 @@ class EntryTable(Sequence[Entry]):
         self.tables_of: list[tuple[str, ...]] = []  # one tuple per distinct set of tables, shared
         self.texts: list[str] = []
         self.metadata_json: list[str] = []
-        self._shared: dict[Any, Any] = {}
+        self._groups: dict[tuple[str, ...], tuple[str, ...]] = {}  # each distinct tuple of tables, once
 
-    def _one(self, value: Any) -> Any:
-        """One object for every equal value (names and tuples of names repeat across entries)."""
-        return self._shared.setdefault(value, value)
+    @staticmethod
+    def _name(value: str | None) -> str | None:
+        """One string object for every equal name (names repeat across entries)."""
+        return None if value is None else sys.intern(value)
 
     def append(self, id_: str, datasource_id: str, kind: str, table: str | None, column: str | None,
                tables: Sequence[str], text: str, metadata_json: str) -> None:
         """Add an entry at the end."""
         self.ids.append(id_)
-        self.datasource_ids.append(self._one(datasource_id))
-        self.kinds.append(self._one(kind))
-        self.tables.append(None if table is None else self._one(table))
-        self.columns.append(None if column is None else self._one(column))
-        self.tables_of.append(self._one(tuple(self._one(t) for t in tables)))
+        self.datasource_ids.append(sys.intern(datasource_id))
+        self.kinds.append(sys.intern(kind))
+        self.tables.append(self._name(table))
+        self.columns.append(self._name(column))
+        group = tuple(tables)
+        if group not in self._groups:
+            self._groups[group] = tuple(sys.intern(t) for t in group)
+        self.tables_of.append(self._groups[group])
         self.texts.append(text)
         self.metadata_json.append(metadata_json)
 
@@ -118,6 +123,12 @@ class EntryTable(Sequence[Entry]):
     def metadata(self, position: int) -> dict[str, Any]:
         """The metadata of the entry at `position`, decoded."""
         return json.loads(self.metadata_json[position])
+
+    def column_metadata(self) -> Iterator[tuple[str, str, dict[str, Any]]]:
+        """(table, column, metadata decoded) of each column entry, in order."""
+        for i, (kind, table, column) in enumerate(zip(self.kinds, self.tables, self.columns, strict=True)):
+            if kind == "column" and table and column:
+                yield table, column, self.metadata(i)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -204,10 +215,7 @@ def repeating_columns(entries: EntryTable) -> set[tuple[str, str]]:
     """The (table, column) pairs, lower-case, whose profile saw a value twice: fewer distinct values than non-null
     rows in the sample (a build before profiles recorded their sample's size says nothing)."""
     found = set()
-    for i, (kind, table, column) in enumerate(zip(entries.kinds, entries.tables, entries.columns, strict=True)):
-        if kind != "column" or table is None or column is None:
-            continue
-        meta = entries.metadata(i)
+    for table, column, meta in entries.column_metadata():
         if not meta.get("sampled_rows"):
             continue
         non_null = round(meta["sampled_rows"] * (1 - (meta.get("null_share") or 0)))

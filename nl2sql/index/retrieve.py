@@ -694,10 +694,8 @@ class SchemaFacts:
         samples: dict[tuple[str, str], list[str]] = {}  # only columns with sampled values
         values: dict[str, list[tuple[tuple[str, ...], str, str]]] = defaultdict(list)
         value_words: dict[str, set[tuple[str, str]]] = defaultdict(set)
-        for i, (kind, table, column) in enumerate(zip(entries.kinds, entries.tables, entries.columns, strict=True)):
-            if kind != "column" or not table or not column:
-                continue
-            found_values = [str(v) for v in entries.metadata(i).get("samples") or []]
+        for table, column, metadata in entries.column_metadata():
+            found_values = [str(v) for v in metadata.get("samples") or []]
             if not found_values:
                 continue
             key = one((table, column))
