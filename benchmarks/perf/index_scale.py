@@ -35,6 +35,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
@@ -47,7 +49,13 @@ from nl2sql.index.embed import Embedder  # noqa: E402
 from nl2sql.index.retrieve import Retriever  # noqa: E402
 from nl2sql.index.route import route  # noqa: E402
 from nl2sql.index.store import StateStore  # noqa: E402
-from nl2sql.index.vectors import EXACT_UP_TO  # noqa: E402
+from nl2sql.index.vectors import (  # noqa: E402
+    EXACT_UP_TO,
+    SCORING_THREADS,
+    SegmentedIndex,
+    flat_index,
+    similarities_of,
+)
 
 SIZES = (1200, 5000, 20_000)
 #: Questions asked, untimed, before each timed pass.
@@ -80,7 +88,9 @@ def build_size(n_tables: int, seed: int, questions: int, threads: int, work: Pat
     out["cold"] = build_figures(result, wall) | {"entries_per_s": round(sum(result.counts.values()) / wall, 1)}
     build = store.live_build("wide")
     assert build is not None
-    out["index_file_mb"] = round(store.index_path("wide", build.build_id).stat().st_size / 2**20, 1)
+    out["index_file_mb"] = round(sum(store.index_path("wide", s.segment_id).stat().st_size
+                                     for s in store.segments(build.build_id)) / 2**20, 1)
+    out["segments"] = len(store.segments(build.build_id))
     log(quiet, f"{n_tables} tables: rebuild with nothing changed, then one table altered")
     result, wall = timed(lambda: build_datasource(adapter, store, embedder, profile=profile))
     out["unchanged"] = build_figures(result, wall)
@@ -143,13 +153,28 @@ def serve_size(threads: int, work: Path, quiet: bool) -> dict[str, Any]:
     store.close()
     live = retriever.live("wide")
     assert live is not None
-    return {"index_load_s": round(load_s, 2), "first_retrieval_s": round(first_retrieval_s, 2),
+    return {"machine": machine_floor(), "index_load_s": round(load_s, 2), "first_retrieval_s": round(first_retrieval_s, 2),
             "first_routing_s": round(first_routing_s, 2), "questions": len(questions),
             "searched": live.graph and len(live.view(every_table).scored_ids) > EXACT_UP_TO,
             "retrieval": percentiles(retrieval), "routing": percentiles(routing), "peak_rss_mb": peak,
             "exact_retrieval": percentiles(exact_retrieval), "exact_routing": percentiles(exact_routing),
             "same_tables_as_exact": round(same_sent / len(questions), 4),
             "same_dense_evidence_as_exact": round(same_dense / len(questions), 4)}
+
+
+def machine_floor(n: int = 200_000, repeats: int = 5) -> dict[str, float]:
+    """What scoring costs on this machine whatever the schema: ms per 100,000 vectors (384 floats, in memory)
+    scored for one query on one thread, and split over the scoring threads as a build's segments are (scoring
+    reads every vector once, so this is how fast the machine's cores read memory; compare runs by it)."""
+    data = np.random.default_rng(0).normal(size=(n, 384)).astype(np.float32)
+    one = flat_index(data)
+    split = SegmentedIndex([flat_index(part) for part in np.array_split(data, 8)])
+    ids, query = np.arange(n), data[0] / np.linalg.norm(data[0])
+    figures = {}
+    for name, index in (("one_thread_ms_per_100k", one), ("segments_ms_per_100k", split)):
+        took = [timed(lambda i=index: similarities_of(i, query, ids))[1] for _ in range(repeats)]
+        figures[name] = round(min(took) * 1000 * 100_000 / n, 2)
+    return figures | {"scoring_threads": SCORING_THREADS}
 
 
 @contextmanager

@@ -128,7 +128,8 @@ def build_figures(result: BuildResult, wall: float) -> dict[str, Any]:
     return {"wall_s": round(wall, 2), "stages_s": result.seconds, "entries": sum(result.counts.values()),
             "counts": result.counts, "embedded": result.embedded, "cached": result.cached,
             "index_kind": result.index_kind, "recall_at_20_build": result.recall_at_20,
-            "changed_tables": len(result.changed_tables), "tables": result.tables}
+            "changed_tables": len(result.changed_tables), "tables": result.tables,
+            "segments_written": f"{result.segments_written} of {result.segments}"}
 
 
 def log(quiet: bool, *parts: object) -> None:
@@ -335,7 +336,8 @@ def recall_figures(store: StateStore, queries: np.ndarray, sizes: Sizes, seed: i
     """Recall@20 of the wide build's FAISS index and of a synthetic HNSW index, against exact search."""
     info = store.live_build("wide")
     assert info is not None
-    index = read_index(store.index_path("wide", info.build_id))
+    [segment] = store.segments(info.build_id)  # 1,200 tables: one segment (`index.build.SEGMENT_TABLES`)
+    index = read_index(store.index_path("wide", segment.segment_id))
     vectors = all_vectors(index)
     out: dict[str, Any] = {"wide": {"vectors": int(index.ntotal), "kind": "hnsw" if hasattr(index, "hnsw") else "flat",
                                     "self_queries": round(recall_at_k(index, vectors, k=20), 4),

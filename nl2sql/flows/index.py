@@ -150,4 +150,5 @@ def _as_dict(result: BuildResult) -> dict[str, Any]:
             "fingerprint": result.fingerprint, "tables": result.tables, "counts": result.counts,
             "embedded": result.embedded, "cached": result.cached, "index_kind": result.index_kind,
             "recall_at_20": result.recall_at_20, "seconds": result.seconds, "changes": result.diff.summary(),
-            "changed_tables": result.changed_tables}
+            "changed_tables": result.changed_tables, "segments": result.segments,
+            "segments_written": result.segments_written}

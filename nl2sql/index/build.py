@@ -7,14 +7,21 @@ events, timings and failure handling. Rebuilds are incremental: tables whose sha
 since the live build keep their entries (no profiling; carried over as stored, with their vectors read from the
 live build's index by position), and any other entry's vector comes from the embedding cache when its text was
 embedded before, so a rebuild after one table changes embeds only that table's entries.
+
+A big datasource's entries are split into segments by a hash of their table's name (`SEGMENT_TABLES` tables
+each, about; the datasource's own entries, its description, examples and verified queries, in one more): a
+segment none of whose tables changed is listed by the new build as it is, so a rebuild after one table changes
+writes that table's segment and the datasource's, not the whole index.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -26,8 +33,9 @@ from nl2sql.datasources.base import Adapter
 from nl2sql.datasources.models import ColumnProfile, InferredKeys, SchemaSnapshot, TableInfo
 from nl2sql.errors import NL2SQLError
 from nl2sql.index.chunks import ENTRY_FORMAT, BuildEntry, StoredEntry, build_entries, qualified
+from nl2sql.index.collection import collection_paused
 from nl2sql.index.embed import Embedder
-from nl2sql.index.store import StateStore
+from nl2sql.index.store import Segment, StateStore
 from nl2sql.index.vectors import build_index, read_index, recall_at_k, write_index
 from nl2sql.schema.inferred_keys import infer_keys, with_inferred_keys
 from nl2sql.schema.snapshot import SchemaDiff, changed_tables, diff_snapshots, fingerprint
@@ -41,6 +49,20 @@ Progress = Callable[[str, int, int], None]
 ColumnIssue = Callable[[str, str, str, str], None]
 #: Texts per embedding call (progress is reported between calls).
 EMBED_CHUNK = 256
+#: Tables per segment of a build, about: a rebuild writes the segments of the tables that changed. One segment up to
+#: twice this (a build the size of the wide benchmark's 1,200 tables is one file, rewritten by a rebuild in 0.6 s).
+SEGMENT_TABLES = 1000
+
+
+def segment_count(tables: int) -> int:
+    """How many segments a first build of this many tables splits its tables' entries into."""
+    return max(1, tables // SEGMENT_TABLES)
+
+
+def segment_of(table: str, count: int) -> int:
+    """The segment a table's entries go to, of `count`: by a hash of its name, so a table stays in its segment
+    from one build to the next whatever other tables come and go."""
+    return zlib.crc32(table.encode()) % count if count > 1 else 0
 
 
 @dataclass
@@ -55,12 +77,26 @@ class BuildPlan:
     previous: SchemaSnapshot | None = None
     diff: SchemaDiff = field(default_factory=SchemaDiff)
     previous_vectors: PreviousVectors | None = None
+    segments: int = 1
+    kept: dict[int, Segment] = field(default_factory=dict)
+
+    @property
+    def parts(self) -> int:
+        """How many segments the build lists: its tables' `segments`, and the datasource's own entries in one
+        more where there are several (in the only one otherwise)."""
+        return self.segments + 1 if self.segments > 1 else 1
+
+    def part_of(self, entry: BuildEntry) -> int:
+        """The segment an entry goes to (its position in the build's list)."""
+        if entry.table is not None and entry.kind != "verified":
+            return segment_of(entry.table, self.segments)
+        return self.parts - 1
 
 
 @dataclass
 class PreviousVectors:
-    """Where the live build keeps the vectors of the entries a build carries over (each `StoredEntry` knows its row):
-    its id and the model that embedded them."""
+    """Where the live build keeps the vectors of the entries a build carries over (each `StoredEntry` knows its
+    segment and row there): its id and the model that embedded them."""
 
     build_id: str
     model_id: str
@@ -83,26 +119,44 @@ class BuildResult:
     diff: SchemaDiff
     tables: int
     changed_tables: list[str]
+    segments_written: int = 1
+    segments: int = 1
 
 
 def plan_build(adapter: Adapter, store: StateStore, *, full: bool = False) -> BuildPlan:
     """Reflect (from the live build's snapshot where the catalog says a table is unchanged), and compare with
     the live build: which tables must be profiled again (all of them when the live build is of another entry
-    format)."""
+    format), which of its segments the new build lists as they are, and which stored entries it carries into the
+    segments it writes."""
     live = store.live_build(adapter.datasource_id)
     previous = store.snapshot(adapter.datasource_id, live.fingerprint) if live and live.fingerprint else None
     # tables whose catalog definition is unchanged are not reflected again (a full build reflects all)
     snapshot = adapter.reflect(None if full else previous)
     names = [qualified(t) for t in snapshot.tables]
     diff = diff_snapshots(previous, snapshot)
+    count = segment_count(len(names))
     if full or live is None or previous is None or live.stats.get("entry_format") != ENTRY_FORMAT:
-        return BuildPlan(snapshot, fingerprint(snapshot), names, previous=previous, diff=diff)
+        return BuildPlan(snapshot, fingerprint(snapshot), names, previous=previous, diff=diff, segments=count)
+    was = int(live.stats.get("segments", 1))
+    if count / 2 <= was <= count * 2:  # tables move to other segments (all written again) only once the schema
+        count = was                    # has halved or doubled since the segments were made
     changed = changed_tables(previous, snapshot)
-    keep = set(names) - set(changed)
-    old_entries = store.stored_entries(live.build_id)
-    reused = [e for e in old_entries if e.kind in ("table", "column", "relationship") and e.table in keep]
-    return BuildPlan(snapshot, fingerprint(snapshot), changed, reused=reused, previous=previous, diff=diff,
+    plan = BuildPlan(snapshot, fingerprint(snapshot), changed, previous=previous, diff=diff, segments=count,
                      previous_vectors=PreviousVectors(live.build_id, live.model_id or ""))
+    old = store.segments(live.build_id)
+    by_part: dict[int, list[str]] = {}
+    for name in names:
+        by_part.setdefault(segment_of(name, count), []).append(name)
+    touched = {segment_of(name, count) for name in changed}
+    if len(old) == plan.parts and was == count:
+        plan.kept = {k: old[k] for k, tables in by_part.items()
+                     if k not in touched and k < plan.parts - 1 and old[k].tables == tuple(tables)}
+    # the unchanged tables of the segments written are carried from the live build's segments that hold them
+    carry = {name for k, tables in by_part.items() if k not in plan.kept for name in tables} - set(changed)
+    sources = [s for s in old if s.tables is None or not carry.isdisjoint(s.tables)]
+    plan.reused = [e for s in sources for e in store.stored_entries(s.segment_id)
+                   if e.kind in ("table", "column", "relationship") and e.table in carry]
+    return plan
 
 
 def profile_tables(adapter: Adapter, plan: BuildPlan, settings: ProfileSettings,
@@ -151,8 +205,9 @@ def relate_tables(adapter: Adapter, plan: BuildPlan, settings: ProfileSettings) 
 
 def make_entries(plan: BuildPlan, profiles: Sequence[ColumnProfile], *, sample_questions: Sequence[str] = (),
                  verified: Sequence[VerifiedQuery] = (), description: str = "") -> list[BuildEntry]:
-    """Entries of the changed tables, the reused ones, and the datasource-level ones, in schema order (inferred
-    keys read as declared ones: a keyless table's entries say what it belongs to)."""
+    """The entries of the segments the build writes (those it keeps are the live build's), segment by segment: in
+    each, the changed tables' and the reused ones in schema order, then the datasource-level ones (inferred keys read
+    as declared ones: a keyless table's entries say what it belongs to)."""
     changed = set(plan.changed_tables)
     keyed = with_inferred_keys(plan.snapshot)
     partial = keyed.model_copy(update={"tables": [t for t in keyed.tables if qualified(t) in changed]})
@@ -160,9 +215,10 @@ def make_entries(plan: BuildPlan, profiles: Sequence[ColumnProfile], *, sample_q
                           description=description)
     order = {qualified(t): i for i, t in enumerate(plan.snapshot.tables)}
     by_table: list[BuildEntry] = [e for e in [*plan.reused, *fresh] if e.table is not None and e.kind != "verified"]
-    by_table.sort(key=lambda e: (order.get(e.table or "", 1 << 30), ("table", "column", "relationship").index(e.kind)))
+    by_table.sort(key=lambda e: (plan.part_of(e), order.get(e.table or "", 1 << 30),
+                                 ("table", "column", "relationship").index(e.kind)))
     rest = [e for e in fresh if e.table is None or e.kind == "verified"]
-    return by_table + rest
+    return [e for e in by_table if plan.part_of(e) not in plan.kept] + rest
 
 
 def embed_entries(entries: Sequence[BuildEntry], embedder: Embedder, store: StateStore,
@@ -172,7 +228,7 @@ def embed_entries(entries: Sequence[BuildEntry], embedder: Embedder, store: Stat
     from its memory-mapped file), another known text's from the cache, the rest embedded; (vectors, embedded,
     cached)."""
     matrix = np.empty((len(entries), embedder.dimensions), dtype=np.float32)
-    carried = {i: e.position for i, e in enumerate(entries) if isinstance(e, StoredEntry)}
+    carried = {i: e for i, e in enumerate(entries) if isinstance(e, StoredEntry)}
     rows = previous_vectors(store, datasource_id, previous, embedder.model_id, list(carried.values()))
     if rows is None:
         carried = {}
@@ -201,36 +257,70 @@ def embed_entries(entries: Sequence[BuildEntry], embedder: Embedder, store: Stat
 
 
 def previous_vectors(store: StateStore, datasource_id: str, previous: PreviousVectors | None, model_id: str,
-                     positions: Sequence[int]) -> np.ndarray | None:
-    """The vectors at these rows of the live build's FAISS file, read in one batch (an incremental build reads these
-    instead of the cache's rows: one lookup per entry of a big schema cost more than the change); None when there is
-    no live build, it came from another model, or its file cannot be read."""
-    if previous is None or previous.model_id != model_id or not positions:
+                     carried: Sequence[StoredEntry]) -> np.ndarray | None:
+    """The vectors of these entries, read from their rows of the live build's FAISS files in one batch per file
+    (an incremental build reads these instead of the cache's rows: one lookup per entry of a big schema cost more
+    than the change); None when there is no live build, it came from another model, or a file cannot be read."""
+    if previous is None or previous.model_id != model_id or not carried:
         return None
+    out = np.empty((len(carried), 0), dtype=np.float32)
+    by_segment: dict[str, list[int]] = {}
+    for i, e in enumerate(carried):
+        by_segment.setdefault(e.segment_id, []).append(i)
     try:
-        index = read_index(store.index_path(datasource_id, previous.build_id), mapped=True)
-        rows = index.reconstruct_batch(np.asarray(positions, dtype=np.int64))
+        for segment_id, at in by_segment.items():
+            index = read_index(store.index_path(datasource_id, segment_id), mapped=True)
+            if out.shape[1] != index.d:
+                out = np.empty((len(carried), index.d), dtype=np.float32)
+            out[at] = index.reconstruct_batch(np.asarray([carried[i].position for i in at], dtype=np.int64))
     except Exception as exc:  # a missing or unreadable file: the cache and the embedder still answer
         log.warning("The vectors of build %s could not be read (%s); the embedding cache is used.",
                     previous.build_id, exc)
         return None
-    return np.asarray(rows, dtype=np.float32)
+    return out
 
 
 def commit_index(store: StateStore, build_id: str, plan: BuildPlan, entries: Sequence[BuildEntry], vectors: np.ndarray,
                  *, keep: int) -> tuple[str | None, str, float | None]:
-    """Write the FAISS file and the entries, then switch the live pointer; (replaced build, kind, recall@20)."""
-    index, kind = build_index(vectors)
-    recall = recall_at_k(index, vectors, k=20) if kind == "hnsw" else None
-    write_index(index, store.index_path(plan.snapshot.datasource_id, build_id))
-    store.write_entries(build_id, entries)
-    stats = {"counts": dict(Counter(e.kind for e in entries)), "recall_at_20": recall,
-             "changed_tables": len(plan.changed_tables), "entry_format": ENTRY_FORMAT,
-             "inferred_keys": _inferred_counts(plan.snapshot)}
+    """Write the segments the build wrote (a FAISS file and the entries of each), then list them with those it
+    kept and switch the live pointer; (replaced build, kind, worst recall@20 of a graph segment)."""
+    ds = plan.snapshot.datasource_id
+    parts = [plan.part_of(e) for e in entries]
+    listed: list[str] = []
+    kinds: set[str] = set()
+    recalls: list[float] = []
+    counts: Counter[str] = Counter(e.kind for e in entries)
+    for k in range(plan.parts):
+        if k in plan.kept:
+            listed.append(plan.kept[k].segment_id)
+            counts.update(plan.kept[k].counts)
+            continue
+        at = [i for i, part in enumerate(parts) if part == k]
+        segment_id = build_id if plan.parts == 1 else f"{build_id}-{k:03d}"
+        index, kind = build_index(vectors[at])
+        kinds.add(kind)
+        if kind == "hnsw":
+            recalls.append(recall_at_k(index, vectors[at], k=20))
+        write_index(index, store.index_path(ds, segment_id))
+        store.write_segment(build_id, segment_id, [entries[i] for i in at],
+                            None if plan.parts == 1 else sorted({entries[i].table or "" for i in at} - {""},
+                                                                key=_schema_order(plan)))
+        listed.append(segment_id)
+    kind = "hnsw" if "hnsw" in kinds else "flat"
+    recall = min(recalls) if recalls else None
+    stats = {"counts": dict(counts), "recall_at_20": recall, "changed_tables": len(plan.changed_tables),
+             "entry_format": ENTRY_FORMAT, "inferred_keys": _inferred_counts(plan.snapshot),
+             "segments": plan.segments, "segments_written": plan.parts - len(plan.kept)}
     replaced = store.commit_build(build_id, snapshot=plan.snapshot, fingerprint=plan.fingerprint,
-                                  diff=plan.diff, index_kind=kind,
-                                  entry_count=len(entries), stats=stats, keep=keep)
+                                  diff=plan.diff, index_kind=kind, entry_count=sum(counts.values()), stats=stats,
+                                  keep=keep, segments=listed)
     return replaced, kind, recall
+
+
+def _schema_order(plan: BuildPlan) -> Callable[[str], int]:
+    """A table's place in the snapshot (how a segment lists its tables)."""
+    order = {qualified(t): i for i, t in enumerate(plan.snapshot.tables)}
+    return lambda table: order.get(table, 1 << 30)
 
 
 def _inferred_counts(snapshot: SchemaSnapshot) -> dict[str, int]:
@@ -290,7 +380,10 @@ def build_datasource(adapter: Adapter, store: StateStore, embedder: Embedder, *,
 
     def stage(name: str, *args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
-        result = run_stage(STAGES[name], *args, **kwargs)
+        # a big schema's stages make its snapshot, entries and keys by the hundred thousand; profiling and
+        # embedding run long and make few (and they publish progress)
+        with nullcontext() if name in ("profile", "embed") else collection_paused():
+            result = run_stage(STAGES[name], *args, **kwargs)
         seconds[name] = round(time.perf_counter() - started, 3)
         return result
 
@@ -323,10 +416,14 @@ def build_datasource(adapter: Adapter, store: StateStore, embedder: Embedder, *,
     except Exception as exc:
         emit("index.failed", datasource_id=datasource_id, message=f"{type(exc).__name__}: {exc}")
         raise
-    counts = dict(Counter(e.kind for e in entries))
-    emit("index.swapped", datasource_id=datasource_id, build_id=build_id, replaced_build_id=replaced, counts=counts,
-         embedded=embedded, cached=cached, changed_tables=len(plan.changed_tables))
+    counts = Counter(e.kind for e in entries)
+    for segment in plan.kept.values():
+        counts.update(segment.counts)
+    cached += sum(s.entry_count for s in plan.kept.values())  # listed as they are: nothing embedded
+    emit("index.swapped", datasource_id=datasource_id, build_id=build_id, replaced_build_id=replaced,
+         counts=dict(counts), embedded=embedded, cached=cached, changed_tables=len(plan.changed_tables))
     return BuildResult(datasource_id=datasource_id, build_id=build_id, replaced=replaced, fingerprint=plan.fingerprint,
-                       counts=counts, embedded=embedded, cached=cached, index_kind=kind, recall_at_20=recall,
+                       counts=dict(counts), embedded=embedded, cached=cached, index_kind=kind, recall_at_20=recall,
                        seconds=seconds, diff=plan.diff, tables=len(plan.snapshot.tables),
-                       changed_tables=plan.changed_tables)
+                       changed_tables=plan.changed_tables, segments_written=plan.parts - len(plan.kept),
+                       segments=plan.parts)

@@ -55,7 +55,7 @@ class Entry(BaseModel):
 @dataclass(frozen=True)
 class StoredEntry:
     """An entry of a committed build as the state store holds it: what an incremental build needs to carry it into
-    the next build (its kind, table and text, its row in that build's FAISS index, and its stored document, written
+    the next build (its kind, table and text, its segment and its row in that segment's FAISS file, and its stored document, written
     back as it is), never decoded into an `Entry` (a big schema's reused entries cost more to decode and encode
     again than the change itself)."""
 
@@ -64,6 +64,7 @@ class StoredEntry:
     text: str
     document: str
     position: int
+    segment_id: str
 
     @cached_property
     def text_hash(self) -> str:

@@ -43,7 +43,7 @@ import math
 import re
 import threading
 from collections import OrderedDict, defaultdict
-from collections.abc import Callable, Container, Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -53,9 +53,18 @@ import numpy as np
 
 from nl2sql.datasources.models import ForeignKey, SchemaSnapshot, TableInfo
 from nl2sql.index.chunks import Entry, EntryTable, qualified, repeating_columns, words
+from nl2sql.index.collection import collection_paused
 from nl2sql.index.embed import Embedder
-from nl2sql.index.store import StateStore
-from nl2sql.index.vectors import EXACT_UP_TO, EntrySelector, flat_index, read_index, searched, similarities_of
+from nl2sql.index.store import BuildInfo, StateStore
+from nl2sql.index.vectors import (
+    EXACT_UP_TO,
+    EntrySelector,
+    SegmentedIndex,
+    flat_index,
+    read_index,
+    searched,
+    similarities_of,
+)
 from nl2sql.plan.join_keys import category, dtype_of
 from nl2sql.schema.inferred_keys import with_inferred_keys
 
@@ -83,11 +92,11 @@ COLUMN_GAP = 0.03
 @dataclass
 class LiveIndex:
     """A committed build loaded for search: its entries, its FAISS index (the vectors, memory-mapped from the state
-    store's file), and the snapshot it was built from."""
+    store's files, one per segment), and the snapshot it was built from."""
 
     build_id: str
     entries: EntryTable  # entries held as objects are turned into columns
-    index: faiss.Index
+    index: SegmentedIndex  # one FAISS index is taken as a build of one segment
     snapshot: SchemaSnapshot | None
     _facts: SchemaFacts | None = field(default=None, repr=False)
     _layout: EntryLayout | None = field(default=None, repr=False)
@@ -102,6 +111,8 @@ class LiveIndex:
     def __post_init__(self) -> None:
         if not isinstance(self.entries, EntryTable):
             self.entries = EntryTable.of(self.entries)
+        if isinstance(self.index, faiss.Index):
+            self.index = SegmentedIndex([self.index])
 
     @classmethod
     def of_vectors(cls, build_id: str, entries: Sequence[Entry] | EntryTable, vectors: np.ndarray,
@@ -153,19 +164,22 @@ class LiveIndex:
     def facts(self) -> SchemaFacts:
         """What retrieval reads from the snapshot and the entries besides vectors (computed once)."""
         if self._facts is None:
-            self._facts = SchemaFacts.of(self.snapshot, self.entries)
+            with collection_paused():
+                self._facts = SchemaFacts.of(self.snapshot, self.entries)
         return self._facts
 
     def layout(self) -> EntryLayout:
         """Entry positions grouped by table and kind, for vectorised scoring (computed once)."""
         if self._layout is None:
-            self._layout = EntryLayout.of(self.entries)
+            with collection_paused():
+                self._layout = EntryLayout.of(self.entries)
         return self._layout
 
     def repeating(self) -> set[tuple[str, str]]:
         """`chunks.repeating_columns` of this build's entries (computed once)."""
         if self._repeating is None:
-            self._repeating = repeating_columns(self.entries)
+            with collection_paused():
+                self._repeating = repeating_columns(self.entries)
         return self._repeating
 
     def kind_counts(self, wanted: frozenset[str]) -> np.ndarray:
@@ -184,7 +198,8 @@ class LiveIndex:
     def terms(self) -> TermIndex:
         """The words of the entries' texts, for lexical routing (computed once)."""
         if self._terms is None:
-            self._terms = TermIndex.of(self.entries)
+            with collection_paused():
+                self._terms = TermIndex.of(self.entries)
         return self._terms
 
     def joins(self) -> dict[str, tuple[str, ...]]:
@@ -904,12 +919,7 @@ class Retriever:
         with self._lock:
             cached = self._live.get(datasource_id)
             if cached is None or cached.build_id != info.build_id:
-                index = read_index(self.store.index_path(datasource_id, info.build_id), mapped=True)
-                snapshot = self.store.snapshot(datasource_id, info.fingerprint) if info.fingerprint else None
-                # keys the database does not declare, inferred at build time, read like declared ones from here on
-                snapshot = with_inferred_keys(snapshot) if snapshot is not None else None
-                cached = LiveIndex(info.build_id, self.store.entry_table(info.build_id), index, snapshot,
-                                   graph=hasattr(index, "hnsw"))
+                cached = self._load(datasource_id, info)
                 self._live[datasource_id] = cached
                 if info.model_id and info.model_id != self.embedder.model_id:
                     # e.g. after NL2SQL_EMBED_PRECISION changed: it still retrieves (the vectors are cosine
@@ -918,6 +928,16 @@ class Retriever:
                                 "(nl2sql index build --datasource %s).", datasource_id, info.model_id,
                                 self.embedder.model_id, datasource_id)
         return cached
+
+    def _load(self, datasource_id: str, info: BuildInfo) -> LiveIndex:
+        """A committed build read for search: its segments' files mapped, its entries and snapshot read."""
+        with collection_paused():  # a big build's entries and snapshot are objects by the hundred thousand
+            index = SegmentedIndex([read_index(self.store.index_path(datasource_id, s.segment_id), mapped=True)
+                                    for s in self.store.segments(info.build_id)])
+            snapshot = self.store.snapshot(datasource_id, info.fingerprint) if info.fingerprint else None
+            # keys the database does not declare, inferred at build time, read like declared ones from here on
+            snapshot = with_inferred_keys(snapshot) if snapshot is not None else None
+            return LiveIndex(info.build_id, self.store.entry_table(info.build_id), index, snapshot, graph=index.graph)
 
     def embed(self, question: str) -> np.ndarray:
         """The question's unit vector."""
@@ -1189,12 +1209,13 @@ def _bridges(chosen: list[str], tables: Container[str], graph: Mapping[str, Sequ
 
 
 def _reach(graph: Mapping[str, Sequence[str]], sources: set[str], max_hops: int,
-           allowed: Container[str], stop: Container[str] = ()) -> dict[str, str | None]:
+           allowed: Container[str], stop: Collection[str] = ()) -> dict[str, str | None]:
     """Breadth-first from `sources` through `allowed` nodes (each node's neighbours in order): each reached node's
     predecessor on a shortest path. With `stop`, no further than the first hop that reaches one of those nodes
     (what `_bridges` joins next is among them; a hub table's neighbours of neighbours are thousands)."""
     previous: dict[str, str | None] = {s: None for s in sources}
     frontier = sorted(sources)
+    stops = set(stop)
     for _ in range(max_hops):
         nxt = []
         for node in frontier:
@@ -1203,7 +1224,7 @@ def _reach(graph: Mapping[str, Sequence[str]], sources: set[str], max_hops: int,
                     previous[neighbour] = node
                     nxt.append(neighbour)
         frontier = nxt
-        if any(node in stop for node in nxt):
+        if not stops.isdisjoint(nxt):
             break
     return previous
 

@@ -1,10 +1,15 @@
 """The state store: builds, entries, schema snapshots and diffs, the embedding cache (SQLite), FAISS files.
 
-A build is invisible until it commits: its entries and its FAISS file are written first, then
-one transaction marks it committed and moves the datasource's live pointer to it, so readers
-see either the old build or the new one. A crash mid-build leaves a `building` row that no
-reader looks at; the next build of that datasource marks it abandoned and removes its file.
-The last `keep` committed builds are kept.
+A build's entries and vectors are held in segments: each a FAISS file and its entries' rows, written once and
+never changed. A build is an ordered list of segments, its entries theirs in that order; an incremental build
+writes the segments whose tables changed and lists the live build's others as they are, so what it writes grows
+with the change, not with the datasource (`index.build` decides which tables a segment holds).
+
+A build is invisible until it commits: its segments are written first, then one transaction marks it committed
+and moves the datasource's live pointer to it, so readers see either the old build or the new one. A crash
+mid-build leaves a `building` row that no reader looks at; the next build of that datasource marks it abandoned
+and removes the segments it wrote. The last `keep` committed builds are kept, and a segment goes with the last
+build that lists it.
 """
 
 from __future__ import annotations
@@ -76,7 +81,37 @@ MIGRATIONS: tuple[str, ...] = (
         datasource_id TEXT PRIMARY KEY, checked_at REAL NOT NULL, status TEXT NOT NULL, drift_sha256 TEXT
     );
     """,
+    # segments: a build before this held one, named as the build (its entries and FAISS file already were)
+    """
+    ALTER TABLE entries RENAME COLUMN build_id TO segment_id;
+    CREATE TABLE segments (
+        segment_id TEXT PRIMARY KEY, datasource_id TEXT NOT NULL, build_id TEXT NOT NULL, entry_count INTEGER NOT NULL,
+        tables TEXT, counts TEXT NOT NULL DEFAULT '{}'
+    );
+    CREATE INDEX segments_by_build ON segments (build_id);
+    CREATE TABLE build_segments (
+        build_id TEXT NOT NULL, ordinal INTEGER NOT NULL, segment_id TEXT NOT NULL, PRIMARY KEY (build_id, ordinal)
+    );
+    CREATE INDEX build_segments_by_segment ON build_segments (segment_id);
+    INSERT INTO segments (segment_id, datasource_id, build_id, entry_count, tables)
+        SELECT build_id, datasource_id, build_id, COALESCE(entry_count, 0), NULL FROM builds
+        WHERE status IN ('committed', 'building');
+    INSERT INTO build_segments (build_id, ordinal, segment_id)
+        SELECT build_id, 0, build_id FROM builds WHERE status = 'committed'
+    """,
 )
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A part of a build's entries and vectors: its id (its FAISS file's name), the tables its entries are about
+    (None: a segment written before builds had more than one, holding every table), how many entries, and how many
+    of each kind."""
+
+    segment_id: str
+    tables: tuple[str, ...] | None
+    entry_count: int
+    counts: dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -179,37 +214,81 @@ class StateStore:
 
     # --- builds --------------------------------------------------------------------------------
 
-    def index_path(self, datasource_id: str, build_id: str) -> Path:
-        """Where a build's FAISS file lives."""
-        return self.index_dir / datasource_id / f"{build_id}.faiss"
+    def index_path(self, datasource_id: str, segment_id: str) -> Path:
+        """Where a segment's FAISS file lives (a build of one segment: named as the build)."""
+        return self.index_dir / datasource_id / f"{segment_id}.faiss"
 
     def begin_build(self, datasource_id: str, model_id: str) -> str:
         """Start an invisible build (abandoning earlier ones whose process is gone); its id."""
         build_id = time.strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
+        doomed: list[str] = []
         with self.connect() as conn:
             for (stale, pid) in conn.execute(
                     "SELECT build_id, pid FROM builds WHERE datasource_id = ? AND status = 'building'", (datasource_id,)):
                 if not _pid_alive(pid) or pid == os.getpid():
                     conn.execute("UPDATE builds SET status = 'abandoned', finished_at = ? WHERE build_id = ?",
                                  (time.time(), stale))
-                    conn.execute("DELETE FROM entries WHERE build_id = ?", (stale,))
-                    self.index_path(datasource_id, stale).unlink(missing_ok=True)
+                    doomed += [stale, *self._drop_unlisted(conn, stale)]  # its file may precede its rows
             conn.execute("INSERT INTO builds (build_id, datasource_id, status, started_at, pid, model_id) "
                          "VALUES (?, ?, 'building', ?, ?, ?)", (build_id, datasource_id, time.time(), os.getpid(), model_id))
+        self._unlink(datasource_id, doomed)
         return build_id
 
-    def write_entries(self, build_id: str, entries: Sequence[BuildEntry]) -> None:
-        """Store a build's entries (position = row in its FAISS index); a carried-over one as it was stored."""
-        with self.connect() as conn:
-            conn.executemany("INSERT INTO entries (build_id, position, entry) VALUES (?, ?, ?)",
-                             [(build_id, i, e.document if isinstance(e, StoredEntry) else e.model_dump_json())
-                              for i, e in enumerate(entries)])
-
-    def commit_build(self, build_id: str, *, snapshot: SchemaSnapshot, fingerprint: str, diff: SchemaDiff,
-                     index_kind: str, entry_count: int, stats: dict, keep: int) -> str | None:
-        """Make a build live in one transaction and record its snapshot and diff; the build it replaced."""
+    def write_segment(self, build_id: str, segment_id: str, entries: Sequence[BuildEntry],
+                      tables: Sequence[str] | None) -> None:
+        """Store a segment a build wrote: its entries (position = row in its FAISS file; a carried-over one as it
+        was stored) and the tables they are about."""
+        counts: dict[str, int] = {}
+        for e in entries:
+            counts[e.kind] = counts.get(e.kind, 0) + 1
         with self.connect() as conn:
             ds = conn.execute("SELECT datasource_id FROM builds WHERE build_id = ?", (build_id,)).fetchone()[0]
+            conn.execute("INSERT INTO segments (segment_id, datasource_id, build_id, entry_count, tables, counts) "
+                         "VALUES (?, ?, ?, ?, ?, ?)", (segment_id, ds, build_id, len(entries),
+                                                        None if tables is None else json.dumps(list(tables)),
+                                                        json.dumps(counts)))
+            conn.executemany("INSERT INTO entries (segment_id, position, entry) VALUES (?, ?, ?)",
+                             [(segment_id, i, e.document if isinstance(e, StoredEntry) else e.model_dump_json())
+                              for i, e in enumerate(entries)])
+
+    def write_entries(self, build_id: str, entries: Sequence[BuildEntry]) -> None:
+        """Store a build's entries as its one segment, named as the build (a small build's whole index)."""
+        self.write_segment(build_id, build_id, entries, None)
+
+    def segments(self, build_id: str) -> list[Segment]:
+        """A build's segments, in order (its entries are theirs, one segment after the other)."""
+        with self.connect() as conn:
+            rows = conn.execute("SELECT s.segment_id, s.tables, s.entry_count, s.counts FROM build_segments b "
+                                "JOIN segments s ON s.segment_id = b.segment_id WHERE b.build_id = ? "
+                                "ORDER BY b.ordinal", (build_id,)).fetchall()
+        return [Segment(r[0], None if r[1] is None else tuple(json.loads(r[1])), r[2], json.loads(r[3]))
+                for r in rows]
+
+    def _drop_unlisted(self, conn: sqlite3.Connection, build_id: str) -> list[str]:
+        """Delete the rows of the segments `build_id` wrote that no committed or kept build lists (a pruned,
+        failed or abandoned build's own); their ids, for their files to go after the transaction."""
+        conn.execute("DELETE FROM build_segments WHERE build_id = ?", (build_id,))
+        doomed = [r[0] for r in conn.execute(
+            "SELECT segment_id FROM segments s WHERE build_id = ? AND NOT EXISTS "
+            "(SELECT 1 FROM build_segments b WHERE b.segment_id = s.segment_id)", (build_id,))]
+        for segment_id in doomed:
+            conn.execute("DELETE FROM entries WHERE segment_id = ?", (segment_id,))
+            conn.execute("DELETE FROM segments WHERE segment_id = ?", (segment_id,))
+        return doomed
+
+    def _unlink(self, datasource_id: str, segment_ids: Sequence[str]) -> None:
+        for segment_id in segment_ids:
+            self.index_path(datasource_id, segment_id).unlink(missing_ok=True)
+
+    def commit_build(self, build_id: str, *, snapshot: SchemaSnapshot, fingerprint: str, diff: SchemaDiff,
+                     index_kind: str, entry_count: int, stats: dict, keep: int,
+                     segments: Sequence[str] | None = None) -> str | None:
+        """Make a build live in one transaction and record its snapshot and diff; the build it replaced. Its
+        entries are those of `segments`, in order (by default its one segment, named as the build)."""
+        with self.connect() as conn:
+            ds = conn.execute("SELECT datasource_id FROM builds WHERE build_id = ?", (build_id,)).fetchone()[0]
+            conn.executemany("INSERT INTO build_segments (build_id, ordinal, segment_id) VALUES (?, ?, ?)",
+                             [(build_id, i, s) for i, s in enumerate(segments or [build_id])])
             previous = conn.execute("SELECT build_id FROM live WHERE datasource_id = ?", (ds,)).fetchone()
             conn.execute("UPDATE builds SET status = 'committed', finished_at = ?, fingerprint = ?, entry_count = ?, "
                          "index_kind = ?, stats = ? WHERE build_id = ?",
@@ -228,17 +307,19 @@ class StateStore:
         return previous[0] if previous else None
 
     def fail_build(self, build_id: str, message: str) -> None:
-        """Mark a build failed (the live pointer is untouched) and drop its file."""
+        """Mark a build failed (the live pointer is untouched) and drop the segments it wrote."""
         with self.connect() as conn:
             row = conn.execute("SELECT datasource_id FROM builds WHERE build_id = ?", (build_id,)).fetchone()
             conn.execute("UPDATE builds SET status = 'failed', finished_at = ?, stats = ? WHERE build_id = ?",
                          (time.time(), json.dumps({"error": message}), build_id))
-            conn.execute("DELETE FROM entries WHERE build_id = ?", (build_id,))
+            doomed = self._drop_unlisted(conn, build_id)
         if row:
-            self.index_path(row[0], build_id).unlink(missing_ok=True)
+            self._unlink(row[0], [*doomed, build_id])  # a segment's file may be written before its rows
 
     def prune(self, datasource_id: str, keep: int) -> list[str]:
-        """Delete committed builds beyond the newest `keep` (never the live one); the ids removed."""
+        """Delete committed builds beyond the newest `keep` (never the live one), and the segments no build left
+        lists; the builds' ids."""
+        segments: list[str] = []
         with self.connect() as conn:
             live = conn.execute("SELECT build_id FROM live WHERE datasource_id = ?", (datasource_id,)).fetchone()
             rows = conn.execute("SELECT build_id FROM builds WHERE datasource_id = ? AND status = 'committed' "
@@ -246,9 +327,17 @@ class StateStore:
             doomed = [r[0] for r in rows[keep:] if not live or r[0] != live[0]]
             for build_id in doomed:
                 conn.execute("UPDATE builds SET status = 'pruned' WHERE build_id = ?", (build_id,))
-                conn.execute("DELETE FROM entries WHERE build_id = ?", (build_id,))
-        for build_id in doomed:
-            self.index_path(datasource_id, build_id).unlink(missing_ok=True)
+                conn.execute("DELETE FROM build_segments WHERE build_id = ?", (build_id,))
+            if doomed:  # a pruned build's segments may be listed by a kept one, and an older one's by it
+                segments = [r[0] for r in conn.execute(
+                    "SELECT segment_id FROM segments s WHERE datasource_id = ? AND NOT EXISTS "
+                    "(SELECT 1 FROM build_segments b WHERE b.segment_id = s.segment_id) AND NOT EXISTS "
+                    "(SELECT 1 FROM builds w WHERE w.build_id = s.build_id AND w.status = 'building')",
+                    (datasource_id,))]
+                for segment_id in segments:
+                    conn.execute("DELETE FROM entries WHERE segment_id = ?", (segment_id,))
+                    conn.execute("DELETE FROM segments WHERE segment_id = ?", (segment_id,))
+        self._unlink(datasource_id, segments)
         return doomed
 
     def _info(self, row: tuple) -> BuildInfo:
@@ -273,32 +362,36 @@ class StateStore:
                                 (datasource_id,)).fetchall()
         return [self._info(r) for r in rows]
 
+    _IN_ORDER = ("FROM build_segments b JOIN entries e ON e.segment_id = b.segment_id WHERE b.build_id = ? "
+                 "ORDER BY b.ordinal, e.position")
+
     def entries(self, build_id: str) -> list[Entry]:
         """A build's entries, in index order."""
         with self.connect() as conn:
-            rows = conn.execute("SELECT entry FROM entries WHERE build_id = ? ORDER BY position", (build_id,)).fetchall()
+            rows = conn.execute(f"SELECT e.entry {self._IN_ORDER}", (build_id,)).fetchall()
         return [Entry.model_validate_json(r[0]) for r in rows]
 
     def entry_table(self, build_id: str) -> EntryTable:
         """A build's entries in index order, as columns (`EntryTable`, what a live build holds): SQLite reads each
         field out of the stored documents, none is decoded whole, and rows are read as they are added."""
         out, tables_of = EntryTable(), {}
-        fields = ", ".join(f"json_extract(entry, '$.{f}')" for f in ("id", "datasource_id", "kind", "table", "column",
+        fields = ", ".join(f"json_extract(e.entry, '$.{f}')" for f in ("id", "datasource_id", "kind", "table", "column",
                                                                      "tables", "text", "metadata"))
         with self.connect() as conn:
             for id_, ds, kind, table, column, tables, text, metadata in conn.execute(
-                    f"SELECT {fields} FROM entries WHERE build_id = ? ORDER BY position", (build_id,)):
+                    f"SELECT {fields} {self._IN_ORDER}", (build_id,)):
                 if tables not in tables_of:
                     tables_of[tables] = tuple(json.loads(tables)) if tables else ()
                 out.append(id_, ds, kind, table, column, tables_of[tables], text, metadata or "{}")
         return out
 
-    def stored_entries(self, build_id: str) -> list[StoredEntry]:
-        """A build's entries as stored, in index order: kind, table and text read by SQLite, nothing decoded."""
+    def stored_entries(self, segment_id: str) -> list[StoredEntry]:
+        """A segment's entries as stored, in order: kind, table and text read by SQLite, nothing decoded (a build
+        of one segment: its id is the build's)."""
         with self.connect() as conn:
             rows = conn.execute("SELECT json_extract(entry, '$.kind'), json_extract(entry, '$.table'), "
-                                "json_extract(entry, '$.text'), entry, position FROM entries WHERE build_id = ? "
-                                "ORDER BY position", (build_id,)).fetchall()
+                                "json_extract(entry, '$.text'), entry, position, segment_id FROM entries "
+                                "WHERE segment_id = ? ORDER BY position", (segment_id,)).fetchall()
         return [StoredEntry(*row) for row in rows]
 
     def snapshot(self, datasource_id: str, fingerprint: str) -> SchemaSnapshot | None:

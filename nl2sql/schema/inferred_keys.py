@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Sequence
+from functools import lru_cache
 
 import pandas as pd
 
@@ -38,9 +39,14 @@ MIN_CONTAINMENT = 0.98
 SAMPLE_ROWS = 100_000
 
 
+_SEPARATORS = re.compile(r"[\s_\-]")
+
+
+@lru_cache(maxsize=1 << 16)
 def _norm(name: str) -> str:
-    """A name as compared: lower case, without underscores, spaces or dashes (`Album_Id` → `albumid`)."""
-    return re.sub(r"[\s_\-]", "", name.lower())
+    """A name as compared: lower case, without underscores, spaces or dashes (`Album_Id` → `albumid`). Cached: a
+    big schema's columns repeat a few thousand names (160,000 calls for one rebuild at 20,000 tables)."""
+    return _SEPARATORS.sub("", name.lower())
 
 
 def _forms(table: str) -> list[str]:
