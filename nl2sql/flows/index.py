@@ -73,7 +73,8 @@ def summary_markdown(results: list[BuildResult], failures: dict[str, str]) -> st
     for r in results:
         entries = ", ".join(f"{k} {v}" for k, v in sorted(r.counts.items()))
         stages = ", ".join(f"{k} {v:.2f}" for k, v in r.seconds.items())
-        lines.append(f"| {r.datasource_id} | {r.tables} | {entries} | {r.embedded} / {r.cached} | {r.index_kind} | {stages} |")
+        index = r.index_kind + (f", {r.segments_written} of {r.segments} segments written" if r.segments > 1 else "")
+        lines.append(f"| {r.datasource_id} | {r.tables} | {entries} | {r.embedded} / {r.cached} | {index} | {stages} |")
     lines += ["", "## What changed", ""]
     lines += [f"- **{r.datasource_id}**: {r.diff.summary()}" + (f" (replaces build {r.replaced})" if r.replaced else
                                                               " (first build)") for r in results]

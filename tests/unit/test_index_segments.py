@@ -14,6 +14,7 @@ import pytest
 import nl2sql.index.build as building
 from nl2sql.config.models import ProfileSettings
 from nl2sql.datasources import adapter_class
+from nl2sql.flows.index import summary_markdown
 from nl2sql.index import StateStore, build_datasource, vectors
 from nl2sql.index.embed import shared_embedder
 from nl2sql.index.retrieve import Retriever
@@ -75,6 +76,7 @@ def test_a_rebuild_writes_the_changed_tables_segment_and_lists_the_others_as_the
     assert store.entries(changed.build_id) == fresh.entries(full.build_id)
     assert np.allclose(vectors_of(store, changed.build_id), vectors_of(fresh, full.build_id), atol=1e-6)
     assert changed.counts == full.counts and store.live_build("support").entry_count == sum(full.counts.values())
+    assert "flat, 2 of 5 segments written" in summary_markdown([changed], {})  # the build's artifact says so
 
 
 def test_a_segmented_build_serves_what_a_build_of_one_segment_serves(support_copy: Path, tmp_path: Path,
