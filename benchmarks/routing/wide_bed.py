@@ -9,25 +9,33 @@ then routes with the engine's defaults (`RoutingSettings()`, `route` as the ask 
   case both are shortlisted), shortlist hit, how often the first pick is the case's sibling, and the cross-database
   cases with both databases in the picks;
 - the template questions the generator writes for each database (held out from its sample questions): top-1 on
-  all 44, and on the sixteen databases of the sibling pairs.
+  all 44, and on the sixteen databases of the sibling pairs;
+- ablations: the same questions routed with one signal of the evidence strategy taken out at a time (`ABLATIONS`).
+
+`--seed` builds the bed from another seed (other sizes, columns, rows and generated questions; the frozen suite is
+written for seed 42 and is routed only there): the beds routing changes are tried on before the frozen suite.
 
 Writes wide_bed.json beside this file with the commit.
 
-    .venv/bin/python benchmarks/routing/wide_bed.py [--state DIR] [--out FILE] [--quiet]
+    .venv/bin/python benchmarks/routing/wide_bed.py [--seed 42] [--no-ablations] [--state DIR] [--out FILE] [--quiet]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
+import numpy as np
 import yaml
 
 HERE = Path(__file__).resolve().parent
@@ -39,11 +47,34 @@ from nl2sql.config.models import ProfileSettings, RoutingSettings  # noqa: E402
 from nl2sql.datasources import adapter_class  # noqa: E402
 from nl2sql.index.build import build_datasource  # noqa: E402
 from nl2sql.index.embed import Embedder  # noqa: E402
-from nl2sql.index.retrieve import Retriever  # noqa: E402
+from nl2sql.index.retrieve import Retriever, ScopeView  # noqa: E402
 from nl2sql.index.route import route  # noqa: E402
 from nl2sql.index.store import StateStore  # noqa: E402
 
+routing = importlib.import_module("nl2sql.index.route")  # the module (the package exports its function)
+
 SUITE = HERE / "wide_frozen.yaml"
+FROZEN_SEED = 42
+NO_ENTRIES = property(lambda _view: np.array([], dtype=np.int64))
+#: Each ablation: what it takes out of the evidence strategy, as patches of the routing module's weights.
+ABLATIONS: dict[str, Callable[[], list[Any]]] = {
+    "no names or values (lexical weight 0)": lambda: [mock.patch.object(routing, "LEXICAL_WEIGHT", 0.0)],
+    "no profiled values": lambda: [mock.patch.object(routing, "value_terms", lambda _value: frozenset())],
+    "no BM25": lambda: [mock.patch.object(routing, "BM25_WEIGHT", 0.0)],
+    "no description in the dense evidence": lambda: [mock.patch.object(ScopeView, "description_ids", NO_ENTRIES)],
+    "dense only": lambda: [mock.patch.object(routing, "LEXICAL_WEIGHT", 0.0), mock.patch.object(routing, "BM25_WEIGHT",
+                                                                                                0.0)],
+    "no dense (lexical and BM25 only)": lambda: [mock.patch.object(routing, "DENSE_WEIGHT", 0.0)],
+}
+
+
+@contextmanager
+def ablated(name: str) -> Iterator[None]:
+    """Routing with the named ablation's patches applied."""
+    with ExitStack() as stack:
+        for patch in ABLATIONS[name]():
+            stack.enter_context(patch)
+        yield
 
 
 def commit() -> str:
@@ -54,10 +85,11 @@ def commit() -> str:
     return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
-def build_bed(store: StateStore, embedder: Embedder, work: Path, quiet: bool) -> tuple[list[Any], float]:
+def build_bed(store: StateStore, embedder: Embedder, work: Path, quiet: bool, seed: int = FROZEN_SEED
+              ) -> tuple[list[Any], float]:
     """Every database of the extended bed, written to SQLite and indexed; the databases and the build time."""
     schemas = load_schemas()
-    bed = schemas.make_extended_bed()
+    bed = schemas.make_extended_bed(seed)
     started = time.perf_counter()
     for db in bed:
         path = schemas.write_sqlite(db.tables, work / f"{db.name}.sqlite", keys=db.keys)
@@ -73,8 +105,8 @@ def score(cases: Sequence[dict[str, Any]], routings: Sequence[Any]) -> dict[str,
     """Top-1 as the eval's routing scorer counts it, shortlist hit, sibling confusions, cross-database pairs."""
     top1 = hit = sibling = cross = cross_both = 0
     misses = []
-    for case, routing in zip(cases, routings, strict=True):
-        wanted, picks = case["databases"], list(routing.picks)
+    for case, routed in zip(cases, routings, strict=True):
+        wanted, picks = case["databases"], list(routed.picks)
         both = all(d in picks for d in wanted)
         first = bool(picks) and picks[0] in wanted and (len(wanted) < 2 or both)
         top1 += first
@@ -91,50 +123,64 @@ def score(cases: Sequence[dict[str, Any]], routings: Sequence[Any]) -> dict[str,
             "cross_both_picked": round(cross_both / cross, 4) if cross else None, "misses": misses}
 
 
-def run(state: Path | None, quiet: bool) -> dict[str, Any]:
+def run(state: Path | None, quiet: bool, *, seed: int = FROZEN_SEED, ablations: bool = True) -> dict[str, Any]:
     """Build, route, score; the report."""
-    suite = yaml.safe_load(SUITE.read_text())["cases"]
+    suite = yaml.safe_load(SUITE.read_text())["cases"] if seed == FROZEN_SEED else []
     with tempfile.TemporaryDirectory(prefix="nl2sql-wide-bed-") as tmp:
         work = Path(tmp)
         store = StateStore(state or work / "state")
         embedder = Embedder(threads=2)
-        bed, build_s = build_bed(store, embedder, work, quiet)
+        bed, build_s = build_bed(store, embedder, work, quiet, seed)
         ids = [db.name for db in bed]
         retriever = Retriever(store, embedder)
         for ds in ids:
             retriever.live(ds)
         settings = RoutingSettings()
 
-        def routed(question: str) -> Any:
-            return route(retriever, question, ids, lambda _d, _t: True, strategy=settings.strategy,
-                         floor_ratio=settings.floor_ratio, limit=settings.shortlist, vote_k=settings.vote_k,
-                         rrf_k=settings.rrf_k)
+        def everything(_datasource: str, _table: str) -> bool:
+            return True
 
-        latency: list[float] = []
-        frozen = []
-        for case in suite:
-            routing, seconds = timed(lambda q=case["question"]: routed(q))
-            frozen.append(routing)
-            latency.append(seconds)
+        def routed(question: str) -> Any:
+            return route(retriever, question, ids, everything, strategy=settings.strategy,
+                         floor_ratio=settings.floor_ratio, limit=settings.shortlist, vote_k=settings.vote_k,
+                         rrf_k=settings.rrf_k, query=queries[question])
+
         schemas = load_schemas()
         pairs = set(schemas.SIBLING_OF) | set(schemas.SIBLING_OF.values())
         template_cases = [{"id": f"{db.name}:{i}", "question": q, "databases": [db.name],
                            "sibling": schemas.SIBLING_OF.get(db.name)
                            or next((s for s, d in schemas.SIBLING_OF.items() if d == db.name), None)}
                           for db in bed for i, q in enumerate(db.test_questions)]
-        template = [routed(case["question"]) for case in template_cases]
-        paired = [(c, r) for c, r in zip(template_cases, template, strict=True) if c["databases"][0] in pairs]
-        report = {
-            "commit": commit(), "suite": str(SUITE.relative_to(HERE.parent.parent)),
+        questions = [c["question"] for c in [*suite, *template_cases]]
+        latency: list[float] = []
+        queries: dict[str, Any] = {}
+        for question in questions:  # the latency of a whole routing, the question's embedding included
+            query, seconds = timed(lambda q=question: retriever.embed(q))
+            queries[question] = query
+            _, routing_s = timed(lambda q=question: routed(q))
+            latency.append(seconds + routing_s)
+
+        def scored(cases: list[dict[str, Any]]) -> dict[str, Any]:
+            return score(cases, [routed(case["question"]) for case in cases]) if cases else {}
+
+        paired = [c for c in template_cases if c["databases"][0] in pairs]
+        report: dict[str, Any] = {
+            "commit": commit(), "seed": seed, "suite": str(SUITE.relative_to(HERE.parent.parent)) if suite else None,
             "databases": len(bed), "siblings": len(schemas.SIBLINGS), "keyless": sorted(schemas.KEYLESS),
             "tables": sum(len(db.tables) for db in bed), "build_s": round(build_s, 1),
             "settings": {"strategy": settings.strategy, "floor_ratio": settings.floor_ratio,
                          "shortlist": settings.shortlist},
-            "frozen": score(suite, frozen), "frozen_latency": percentiles(latency),
-            "template_all": score(template_cases, template),  # its misses are what tuning may look at
-            "template_sibling_pairs": {k: v for k, v in score([c for c, _ in paired], [r for _, r in paired]).items()
-                                       if k != "misses"},
+            "frozen": scored(suite), "latency": percentiles(latency),
+            "template_all": scored(template_cases),  # its misses are what tuning may look at
+            "template_sibling_pairs": {k: v for k, v in scored(paired).items() if k != "misses"},
         }
+        report["ablations"] = {}
+        for name in ABLATIONS if ablations else ():
+            with ablated(name):
+                report["ablations"][name] = {
+                    part: {k: v for k, v in scored(cases).items() if k in ("top1", "cross_both_picked")}
+                    for part, cases in (("frozen", suite), ("template_all", template_cases)) if cases}
+            log(quiet, f"ablation: {name}")
         store.close()
     return report
 
@@ -142,21 +188,28 @@ def run(state: Path | None, quiet: bool) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run, print the figures, write the JSON; the report."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=FROZEN_SEED, help="the bed's seed (the frozen suite: 42 only)")
+    parser.add_argument("--no-ablations", dest="ablations", action="store_false")
     parser.add_argument("--state", type=Path, help="reuse this state folder (embedding cache) instead of a fresh one")
-    parser.add_argument("--out", type=Path, default=HERE / "wide_bed.json")
+    parser.add_argument("--out", type=Path, help="where the report goes (wide_bed.json beside this file for seed 42, "
+                                                 "wide_bed.seed<N>.json for another)")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
-    report = run(args.state, args.quiet)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    report = run(args.state, args.quiet, seed=args.seed, ablations=args.ablations)
+    out = args.out or HERE / ("wide_bed.json" if args.seed == FROZEN_SEED else f"wide_bed.seed{args.seed}.json")
+    out.write_text(json.dumps(report, indent=2) + "\n")
     frozen = report["frozen"]
-    print(f"frozen suite: top-1 {frozen['top1']:.1%} of {frozen['cases']}, shortlist {frozen['shortlist_hit']:.1%}, "
-          f"first pick the sibling {frozen['first_pick_is_sibling']}, cross-database both picked "
-          f"{frozen['cross_both_picked']:.1%} of {frozen['cross_database']}")
+    if frozen:
+        print(f"frozen suite: top-1 {frozen['top1']:.1%} of {frozen['cases']}, shortlist "
+              f"{frozen['shortlist_hit']:.1%}, first pick the sibling {frozen['first_pick_is_sibling']}, "
+              f"cross-database both picked {frozen['cross_both_picked']:.1%} of {frozen['cross_database']}")
     for name in ("template_all", "template_sibling_pairs"):
         figures = report[name]
         print(f"{name}: top-1 {figures['top1']:.1%} of {figures['cases']}, first pick the sibling "
               f"{figures['first_pick_is_sibling']}")
-    for miss in frozen["misses"]:
+    for name, parts in report["ablations"].items():
+        print(f"  {name}: " + ", ".join(f"{part} top-1 {figures['top1']:.1%}" for part, figures in parts.items()))
+    for miss in frozen.get("misses", []):
         print(f"  miss {miss['id']}: {miss['question']} → {miss['picks']} (wanted {miss['wanted']})")
     return report
 

@@ -154,6 +154,9 @@ class Embedder:
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
+        # no spinning: after a question's embedding its threads kept the cores busy waiting for more work while
+        # retrieval's scoring threads wanted them (retrieval p95 at 20,000 tables 66 → 55 ms); builds embed no slower
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.log_severity_level = 3
         model, disabled = self._rewritten(shipped)
         self._session = ort.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"],

@@ -1212,11 +1212,23 @@ def _reach(graph: Mapping[str, Sequence[str]], sources: set[str], max_hops: int,
            allowed: Container[str], stop: Collection[str] = ()) -> dict[str, str | None]:
     """Breadth-first from `sources` through `allowed` nodes (each node's neighbours in order): each reached node's
     predecessor on a shortest path. With `stop`, no further than the first hop that reaches one of those nodes
-    (what `_bridges` joins next is among them; a hub table's neighbours of neighbours are thousands)."""
+    (what `_bridges` joins next is among them), and of that hop only the stops it reaches."""
     previous: dict[str, str | None] = {s: None for s in sources}
     frontier = sorted(sources)
-    stops = set(stop)
-    for _ in range(max_hops):
+    stops = [s for s in dict.fromkeys(stop) if s in allowed]
+    for hop in range(max_hops):
+        if stops:
+            # whether the next hop reaches a stop, looked at from the stops' side: a hub table's neighbours are
+            # thousands, a stop's a few. A stop's predecessor is the first node of the frontier, in its order,
+            # next to it: the one a full expansion of the hop would have met it from.
+            order = {node: i for i, node in enumerate(frontier)}
+            reached = {s: min(near, key=order.__getitem__) for s in stops if s not in previous
+                       if (near := [n for n in graph.get(s, ()) if n in order])}
+            if reached:
+                previous.update(reached)
+                return previous
+            if hop == max_hops - 1:
+                break  # no stop within reach: the last hop's other nodes are of no use
         nxt = []
         for node in frontier:
             for neighbour in graph.get(node, ()):
@@ -1224,8 +1236,6 @@ def _reach(graph: Mapping[str, Sequence[str]], sources: set[str], max_hops: int,
                     previous[neighbour] = node
                     nxt.append(neighbour)
         frontier = nxt
-        if not stops.isdisjoint(nxt):
-            break
     return previous
 
 

@@ -58,6 +58,7 @@ ROUTE_STRATEGIES: tuple[RouteStrategy, ...] = ("evidence", "votes", "best", "nor
 #: The evidence strategy: entries averaged for the dense score (with the description's part closest to the
 #: question: a description counts once, whole or by one clause), and what a point of each lexical score is worth.
 EVIDENCE_TOP = 3
+DENSE_WEIGHT = 1.0
 LEXICAL_WEIGHT = 0.02
 BM25_WEIGHT = 0.02
 BM25_K1, BM25_B = 1.2, 0.75
@@ -167,7 +168,8 @@ def route(retriever: Retriever, question: str, datasource_ids: Sequence[str], al
         for ds in best:
             evidence[ds] = {"dense": round(dense[ds], 4), "lexical": words.get(ds, 0.0),
                             "bm25": round(lexical_points[ds], 4)}
-        fused = {ds: dense[ds] + LEXICAL_WEIGHT * words.get(ds, 0.0) + BM25_WEIGHT * lexical_points[ds] for ds in best}
+        fused = {ds: DENSE_WEIGHT * dense[ds] + LEXICAL_WEIGHT * words.get(ds, 0.0) + BM25_WEIGHT * lexical_points[ds]
+                 for ds in best}
         for name in ("dense", "lexical", "bm25"):
             rankings[name] = sorted(best, key=lambda ds, n=name: -evidence[ds][n])
     else:

@@ -140,3 +140,25 @@ def test_the_scale_benchmark_reports_each_size_and_plots_them(tmp_path: Path,
     assert "tables" in capsys.readouterr().out
     if importlib.util.find_spec("matplotlib"):
         assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_each_routing_ablation_takes_its_signal_out_of_the_evidence_score(demo_index) -> None:
+    bed = load_script("nl2sql_bench_wide_bed", BENCH.parents[1] / "routing" / "wide_bed.py")
+    question = "Which Jazz tracks are in the most playlists?"  # names tables and a profiled value
+
+    def candidates() -> dict[str, object]:
+        return {c.datasource_id: c for c in demo_index.route(question, "admin").candidates}
+
+    full = candidates()
+    assert all(c.evidence["dense"] > 0 and c.score > c.evidence["dense"] for c in full.values() if c.evidence["lexical"])
+    changed = {}
+    for name in bed.ABLATIONS:
+        with bed.ablated(name):  # a patch of something routing no longer has fails here
+            ablated = candidates()
+        changed[name] = any(ablated[ds].score != full[ds].score for ds in full)
+        if name == "dense only":
+            assert all(c.score == pytest.approx(c.evidence["dense"], abs=1e-4) for c in ablated.values())
+        if name == "no dense (lexical and BM25 only)":
+            assert all(c.score == pytest.approx(0.02 * c.evidence["lexical"] + 0.02 * c.evidence["bm25"], abs=1e-4)
+                       for c in ablated.values())
+    assert all(changed.values()), changed  # each one moves some score on this question
