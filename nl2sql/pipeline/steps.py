@@ -123,10 +123,7 @@ def check_answerability(ctx: RunContext, state: RunState, routing: Routing, pick
     when one of them is a close call of routing's (`settings.routing.close_call`), else routing's first pick alone;
     routing's picks stand when it names none of them or says nothing answers (the planner decides that)."""
     index = ctx.index
-    # the model sees the picks, then the next-best candidates up to the shortlist size: a question that needs
-    # two databases may rank the second below the similarity floor
-    ranked = [c.datasource_id for c in sorted(routing.candidates, key=lambda c: -c.score)]
-    shortlist = list(dict.fromkeys([*picks, *ranked]))[: max(len(picks), ctx.config.settings.routing.shortlist)]
+    shortlist = answerability_shortlist(routing, picks, ctx.config.settings.routing.shortlist)
     described = []
     for ds in shortlist:
         schema = index.retrieve_schema(state.question, state.roles, ds)
@@ -141,10 +138,30 @@ def check_answerability(ctx: RunContext, state: RunState, routing: Routing, pick
         return picks
     state.answerability = answer.model_dump()
     chosen = prompts.same_ids(answer.datasource_ids, shortlist) if answer.answerable else []  # never widens
-    if chosen and not set(chosen) & set(_close_calls(ctx, state)):
-        # only datasources routing clearly ranks below its first (a small model named the sibling database of
-        # similar tables): the evidence stands, and the model only said the question needs one datasource
+    close = _close_calls(ctx, state)
+    if chosen and not set(chosen) & set(close):
         _rerouted(state, "resolver", chosen[0], picks[0])
+    return narrowed_picks(chosen, picks, close)
+
+
+def answerability_shortlist(routing: Routing, picks: list[str], size: int) -> list[str]:
+    """The datasources the answerability check shows its model: routing's picks, then the next-best candidates up
+    to `size` (a question that needs two databases may rank the second below the similarity floor)."""
+    ranked = [c.datasource_id for c in sorted(routing.candidates, key=lambda c: -c.score)]
+    return list(dict.fromkeys([*picks, *ranked]))[: max(len(picks), size)]
+
+
+def narrowed_picks(chosen: list[str], picks: list[str], close: list[str]) -> list[str]:
+    """What the answerability check leaves of routing's picks: the datasources its model chose, routing's picks
+    where it chose none, and routing's first pick alone where it chose only datasources routing ranks clearly
+    below its first (not a close call: a small model names the sibling database of similar tables).
+
+    >>> narrowed_picks(["web"], ["shop", "web"], ["shop", "web"]), narrowed_picks(["desk"], ["shop"], ["shop"])
+    (['web'], ['shop'])
+    >>> narrowed_picks([], ["shop", "web"], ["shop"])
+    ['shop', 'web']
+    """
+    if chosen and not set(chosen) & set(close):
         return picks[:1]
     return chosen or picks
 

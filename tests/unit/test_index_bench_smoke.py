@@ -162,3 +162,43 @@ def test_each_routing_ablation_takes_its_signal_out_of_the_evidence_score(demo_i
             assert all(c.score == pytest.approx(0.02 * c.evidence["lexical"] + 0.02 * c.evidence["bm25"], abs=1e-4)
                        for c in ablated.values())
     assert all(changed.values()), changed  # each one moves some score on this question
+
+
+def test_the_model_check_asks_only_on_close_calls_and_keeps_what_the_flow_keeps() -> None:
+    from nl2sql.config.models import LLMConfig, RoutingSettings
+    from nl2sql.index.route import RouteCandidate, Routing
+    from nl2sql.llm.client import LLMClient
+    from nl2sql.llm.fake import FakeLLMServer
+
+    check = load_script("nl2sql_bench_model_check", BENCH.parents[1] / "routing" / "model_check.py")
+    settings = RoutingSettings()
+
+    def routing(scores: dict[str, float]) -> Routing:
+        ranked = sorted(scores, key=lambda ds: -scores[ds])
+        return Routing([ds for ds in ranked if scores[ds] >= 0.6 * scores[ranked[0]]],
+                       [RouteCandidate(ds, scores[ds], scores[ds], {}, {}) for ds in ranked], {}, "evidence", {})
+
+    def described(question: str, ds: str) -> tuple[str, str, list[str]]:
+        return ds, f"The {ds} database.", [f"{ds}_table"]
+
+    with FakeLLMServer() as fake:
+        args = type("Args", (), {"base_url": fake.base_url, "model": "fake-model", "timeout_s": 10.0})()
+        section = check.model_section(args)
+        section["models"]["bench"]["api_key"] = "fake-key"
+        client = LLMClient(LLMConfig.model_validate(section))
+        fake.answer("Answerability",
+                    '{"reason": "sessions are web data", "answerable": true, "datasource_ids": ["WEBANALYTICS"]}',
+                    '{"reason": "tickets", "answerable": true, "datasource_ids": ["support"]}')
+        close = routing({"chinook": 0.60, "webanalytics": 0.56, "support": 0.40})
+        moved = check.second_stage("Sessions per day?", ["webanalytics"], close, described, client, settings)
+        assert moved["asked"] and moved["after"] == ["webanalytics"]
+        assert (moved["top1_before"], moved["top1_after"]) == (False, True)
+        shown = fake.requests[-1]["messages"][-1]["content"]
+        assert "The support database." in shown and "Sessions per day?" in shown  # the whole shortlist is shown
+        # a model naming only a datasource well below the best leaves routing's first pick (SUB_QUERY_REROUTED)
+        kept = check.second_stage("Tracks per genre?", ["chinook"], close, described, client, settings)
+        assert kept["chosen"] == ["support"] and kept["after"] == ["chinook"] and kept["top1_after"]
+        # one close call: the check could not move the first pick, and no model is asked
+        clear = check.second_stage("Tracks per genre?", ["chinook"], routing({"chinook": 0.6, "support": 0.4}),
+                                   described, client, settings)
+        assert not clear["asked"] and clear["after"] == ["chinook", "support"] and fake.calls("Answerability") == 2
