@@ -40,7 +40,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "perf"))
 
 from index_wide import log  # noqa: E402
-from wide_bed import FROZEN_SEED, SUITE, build_bed, commit  # noqa: E402
+from wide_bed import FROZEN_SEED, SUITE, build_bed, commit, first_right  # noqa: E402
 
 from nl2sql.config.models import LLMConfig, RetrievalSettings, RoutingSettings  # noqa: E402
 from nl2sql.evaluation.suite import load_suite  # noqa: E402
@@ -64,11 +64,6 @@ def everything(_datasource: str, _table: str) -> bool:
 def every_table(_table: str) -> bool:
     """Schema retrieval's scope on the bed: every table."""
     return True
-
-
-def first_right(wanted: Sequence[str], picks: Sequence[str]) -> bool:
-    """Top-1 as the eval's routing scorer counts it (a two-database case: both in the picks)."""
-    return bool(picks) and picks[0] in wanted and (len(wanted) < 2 or all(d in picks for d in wanted))
 
 
 def model_section(args: argparse.Namespace) -> dict[str, Any]:

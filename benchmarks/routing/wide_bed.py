@@ -101,6 +101,11 @@ def build_bed(store: StateStore, embedder: Embedder, work: Path, quiet: bool, se
     return bed, time.perf_counter() - started
 
 
+def first_right(wanted: Sequence[str], picks: Sequence[str]) -> bool:
+    """Top-1 as the eval's routing scorer counts it (a two-database case: both in the picks)."""
+    return bool(picks) and picks[0] in wanted and (len(wanted) < 2 or all(d in picks for d in wanted))
+
+
 def score(cases: Sequence[dict[str, Any]], routings: Sequence[Any]) -> dict[str, Any]:
     """Top-1 as the eval's routing scorer counts it, shortlist hit, sibling confusions, cross-database pairs."""
     top1 = hit = sibling = cross = cross_both = 0
@@ -108,7 +113,7 @@ def score(cases: Sequence[dict[str, Any]], routings: Sequence[Any]) -> dict[str,
     for case, routed in zip(cases, routings, strict=True):
         wanted, picks = case["databases"], list(routed.picks)
         both = all(d in picks for d in wanted)
-        first = bool(picks) and picks[0] in wanted and (len(wanted) < 2 or both)
+        first = first_right(wanted, picks)
         top1 += first
         hit += both
         sibling += bool(picks) and picks[0] == case.get("sibling")

@@ -138,10 +138,10 @@ def check_answerability(ctx: RunContext, state: RunState, routing: Routing, pick
         return picks
     state.answerability = answer.model_dump()
     chosen = prompts.same_ids(answer.datasource_ids, shortlist) if answer.answerable else []  # never widens
-    close = _close_calls(ctx, state)
-    if chosen and not set(chosen) & set(close):
+    narrowed = narrowed_picks(chosen, picks, _close_calls(ctx, state))
+    if chosen and not set(chosen) & set(narrowed):  # the model's choice was set aside for routing's first pick
         _rerouted(state, "resolver", chosen[0], picks[0])
-    return narrowed_picks(chosen, picks, close)
+    return narrowed
 
 
 def answerability_shortlist(routing: Routing, picks: list[str], size: int) -> list[str]:
