@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+from playwright.sync_api import expect, sync_playwright
 
 from nl2sql.config import Config
 from nl2sql.llm.fake import FakeLLMServer
@@ -36,7 +38,6 @@ ENDED = ("Completed", "Failed", "Crashed", "Cancelled")
 def browser() -> Iterator[Any]:
     if not CHROMIUM.exists():
         pytest.skip("Debian's chromium is not installed (`apt-get install chromium`; .ci/run installs it)")
-    from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
@@ -154,12 +155,22 @@ def test_a_held_question_is_approved_in_the_resume_form(browser: Any, served: st
     form = page.locator("[role=dialog], .p-modal").first
     form.get_by_text("FROM Invoice").wait_for()  # the request: the SQL, the datasource, the approver roles
     assert "Approver roles: admin" in form.inner_text()
-    _field(page, "Approve").locator("input[type=checkbox]").evaluate("box => box.click()")  # a styled switch
-    _field(page, "Approver").locator("textarea").fill("dba")
-    _field(page, "Role").locator("textarea").fill("admin")
-    _field(page, "Comment").locator("textarea").fill("Invoice totals are fine to show analysts.")
+    switch = _field(page, "Approve").locator("input[type=checkbox]")
+    while not switch.is_checked():  # a styled switch, clicked in script: it may render before it listens
+        switch.evaluate("box => box.click()")
+        page.wait_for_timeout(200)
+    for name, value in (("Approver", "dba"), ("Role", "admin"), ("Comment", "Invoice totals are fine to show "
+                                                                            "analysts.")):
+        box = _field(page, name).locator("textarea")
+        box.fill(value)
+        expect(box).to_have_value(value)
     page.screenshot(path=str(shots / "ui-approval-resume.png"))
     page.get_by_role("button", name="Submit").click()
+    try:  # the form closes once the server took the input; a refused input leaves it open with the reason
+        form.wait_for(state="hidden", timeout=30_000)
+    except PlaywrightTimeout:
+        page.screenshot(path=str(shots / "ui-approval-refused.png"))
+        pytest.fail(f"the Resume form stayed open after Submit: {page.locator('body').inner_text()[-2000:]}")
     assert _wait_for_state(page, ENDED) == "Completed"
     page.screenshot(path=str(shots / "ui-approval-done.png"))
     page.close()
