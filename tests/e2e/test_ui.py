@@ -156,9 +156,12 @@ def test_a_held_question_is_approved_in_the_resume_form(browser: Any, served: st
     form.get_by_text("FROM Invoice").wait_for()  # the request: the SQL, the datasource, the approver roles
     assert "Approver roles: admin" in form.inner_text()
     switch = _field(page, "Approve").locator("input[type=checkbox]")
-    while not switch.is_checked():  # a styled switch, clicked in script: it may render before it listens
+    for _ in range(25):  # a styled switch, clicked in script: it may render before it listens
+        if switch.is_checked():
+            break
         switch.evaluate("box => box.click()")
         page.wait_for_timeout(200)
+    expect(switch).to_be_checked()
     for name, value in (("Approver", "dba"), ("Role", "admin"), ("Comment", "Invoice totals are fine to show "
                                                                             "analysts.")):
         box = _field(page, name).locator("textarea")
