@@ -40,13 +40,13 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "perf"))
 
 from index_wide import log  # noqa: E402
-from wide_bed import FROZEN_SEED, SUITE, build_bed, commit, first_right  # noqa: E402
+from wide_bed import FROZEN_SEED, SUITE, build_bed, commit, first_right, route_on_bed  # noqa: E402
 
 from nl2sql.config.models import LLMConfig, RetrievalSettings, RoutingSettings  # noqa: E402
 from nl2sql.evaluation.suite import load_suite  # noqa: E402
 from nl2sql.index.embed import Embedder  # noqa: E402
 from nl2sql.index.retrieve import Retriever  # noqa: E402
-from nl2sql.index.route import Routing, close_calls, route  # noqa: E402
+from nl2sql.index.route import Routing, close_calls  # noqa: E402
 from nl2sql.index.service import IndexService  # noqa: E402
 from nl2sql.index.store import StateStore  # noqa: E402
 from nl2sql.llm.client import LLMClient  # noqa: E402
@@ -54,11 +54,6 @@ from nl2sql.llm.models import LLMParseError  # noqa: E402
 from nl2sql.pipeline import prompts  # noqa: E402
 from nl2sql.pipeline.steps import answerability_shortlist, narrowed_picks  # noqa: E402
 from nl2sql.project import load_project  # noqa: E402
-
-
-def everything(_datasource: str, _table: str) -> bool:
-    """The bed has no policies: every table is readable."""
-    return True
 
 
 def every_table(_table: str) -> bool:
@@ -128,9 +123,7 @@ def on_bed(args: argparse.Namespace, client: LLMClient) -> list[dict[str, Any]]:
             cases = [(f"{db.name}:{i}", q, [db.name]) for db in bed for i, q in enumerate(db.test_questions)]
         records = []
         for n, (case_id, question, wanted) in enumerate(cases[: args.limit] if args.limit else cases, start=1):
-            routing = route(retriever, question, ids, everything, strategy=settings.strategy,
-                            floor_ratio=settings.floor_ratio, limit=settings.shortlist, vote_k=settings.vote_k,
-                            rrf_k=settings.rrf_k)
+            routing = route_on_bed(retriever, question, ids)
             records.append({"id": case_id} | second_stage(question, wanted, routing, described, client, settings))
             progress(args, n, len(cases), records[-1])
         store.close()

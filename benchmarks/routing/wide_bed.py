@@ -101,6 +101,18 @@ def build_bed(store: StateStore, embedder: Embedder, work: Path, quiet: bool, se
     return bed, time.perf_counter() - started
 
 
+def everything(_datasource: str, _table: str) -> bool:
+    """The bed has no policies: every table of every database is readable."""
+    return True
+
+
+def route_on_bed(retriever: Retriever, question: str, ids: Sequence[str], query: np.ndarray | None = None) -> Any:
+    """Routing as the ask flow calls it, with the engine's defaults (`RoutingSettings()`), over every database."""
+    settings = RoutingSettings()
+    return route(retriever, question, ids, everything, strategy=settings.strategy, floor_ratio=settings.floor_ratio,
+                 limit=settings.shortlist, vote_k=settings.vote_k, rrf_k=settings.rrf_k, query=query)
+
+
 def first_right(wanted: Sequence[str], picks: Sequence[str]) -> bool:
     """Top-1 as the eval's routing scorer counts it (a two-database case: both in the picks)."""
     return bool(picks) and picks[0] in wanted and (len(wanted) < 2 or all(d in picks for d in wanted))
@@ -142,13 +154,8 @@ def run(state: Path | None, quiet: bool, *, seed: int = FROZEN_SEED, ablations: 
             retriever.live(ds)
         settings = RoutingSettings()
 
-        def everything(_datasource: str, _table: str) -> bool:
-            return True
-
         def routed(question: str) -> Any:
-            return route(retriever, question, ids, everything, strategy=settings.strategy,
-                         floor_ratio=settings.floor_ratio, limit=settings.shortlist, vote_k=settings.vote_k,
-                         rrf_k=settings.rrf_k, query=queries[question])
+            return route_on_bed(retriever, question, ids, query=queries[question])
 
         schemas = load_schemas()
         pairs = set(schemas.SIBLING_OF) | set(schemas.SIBLING_OF.values())
