@@ -760,6 +760,37 @@ def question_pool(tables: list[Table], seed: int, tag: str) -> list[str]:
     return pool
 
 
+#: Questions about one entity of each of two databases ({A} of the first, {B} of the second, {m} a measure of {A}).
+CROSS_TEMPLATES = (
+    "Compare the number of {A} with the number of {B} per month", "How many {A} and how many {B} were there in 2023?",
+    "Show the total {m} of {A} next to the count of {B}", "For each month, list the {A} alongside the {B}",
+    "Do months with more {A} also have more {B}?", "{A} and {B} by quarter", "Put our {A} side by side with the {B}",
+    "Is there a link between {A} and {B}?",
+)
+
+
+def cross_questions(bed: list[Database], seed: int, n: int = 160) -> list[tuple[str, str, str]]:
+    """`n` questions about two databases of the bed chosen at random, phrased with an entity's everyday name from
+    each: (question, first database, second database).
+
+    >>> bed = make_test_bed(4, seed=7)
+    >>> [len(names) for _, *names in cross_questions(bed, 7, 3)] == [2, 2, 2], cross_questions(bed, 7) == cross_questions(bed, 7)
+    (True, True)
+    """
+    rng = _rng(seed, "cross")
+    out = []
+    for _ in range(n):
+        first, second = rng.sample(bed, 2)
+        a = rng.choice([t for t in first.tables if t.phrases])
+        b = rng.choice([t for t in second.tables if t.phrases])
+        measures = [c for c in a.columns[1:] if c.kind in MEASURES and c not in PADDING_COLUMNS]
+        template = rng.choice([t for t in CROSS_TEMPLATES if measures or "{m}" not in t])
+        text = template.format(A=rng.choice(a.phrases), B=rng.choice(b.phrases),
+                               m=words(rng.choice(measures).name) if measures else "")
+        out.append((text[0].upper() + text[1:], first.name, second.name))
+    return out
+
+
 #: Test-bed sizes: a few big databases on purpose; the rest 3 to 18 tables.
 BIG_SIZES = (60, 45, 36, 28)
 

@@ -10,6 +10,8 @@ then routes with the engine's defaults (`RoutingSettings()`, `route` as the ask 
   cases with both databases in the picks;
 - the template questions the generator writes for each database (held out from its sample questions): top-1 on
   all 44, and on the sixteen databases of the sibling pairs;
+- 160 questions about two databases chosen at random (`cross_questions`: an entity's everyday name from each,
+  "Put our donors side by side with the educators"): top-1 as above (both databases shortlisted);
 - ablations: the same questions routed with one signal of the evidence strategy taken out at a time (`ABLATIONS`).
 
 `--seed` builds the bed from another seed (other sizes, columns, rows and generated questions; the frozen suite is
@@ -65,6 +67,7 @@ ABLATIONS: dict[str, Callable[[], list[Any]]] = {
     "dense only": lambda: [mock.patch.object(routing, "LEXICAL_WEIGHT", 0.0), mock.patch.object(routing, "BM25_WEIGHT",
                                                                                                 0.0)],
     "no dense (lexical and BM25 only)": lambda: [mock.patch.object(routing, "DENSE_WEIGHT", 0.0)],
+    "no pairs of parts": lambda: [mock.patch.object(routing, "MAX_PART_CUTS", 0)],
 }
 
 
@@ -110,7 +113,8 @@ def route_on_bed(retriever: Retriever, question: str, ids: Sequence[str], query:
     """Routing as the ask flow calls it, with the engine's defaults (`RoutingSettings()`), over every database."""
     settings = RoutingSettings()
     return route(retriever, question, ids, everything, strategy=settings.strategy, floor_ratio=settings.floor_ratio,
-                 limit=settings.shortlist, vote_k=settings.vote_k, rrf_k=settings.rrf_k, query=query)
+                 limit=settings.shortlist, vote_k=settings.vote_k, rrf_k=settings.rrf_k, query=query,
+                 pairs=settings.pairs, close_call=settings.close_call)
 
 
 def first_right(wanted: Sequence[str], picks: Sequence[str]) -> bool:
@@ -163,7 +167,9 @@ def run(state: Path | None, quiet: bool, *, seed: int = FROZEN_SEED, ablations: 
                            "sibling": schemas.SIBLING_OF.get(db.name)
                            or next((s for s, d in schemas.SIBLING_OF.items() if d == db.name), None)}
                           for db in bed for i, q in enumerate(db.test_questions)]
-        questions = [c["question"] for c in [*suite, *template_cases]]
+        cross_cases = [{"id": f"cross:{i}", "question": q, "databases": [a, b]}
+                       for i, (q, a, b) in enumerate(schemas.cross_questions(bed, seed))]
+        questions = [c["question"] for c in [*suite, *template_cases, *cross_cases]]
         latency: list[float] = []
         queries: dict[str, Any] = {}
         for question in questions:  # the latency of a whole routing, the question's embedding included
@@ -185,13 +191,15 @@ def run(state: Path | None, quiet: bool, *, seed: int = FROZEN_SEED, ablations: 
             "frozen": scored(suite), "latency": percentiles(latency),
             "template_all": scored(template_cases),  # its misses are what tuning may look at
             "template_sibling_pairs": {k: v for k, v in scored(paired).items() if k != "misses"},
+            "template_cross": {k: v for k, v in scored(cross_cases).items() if k != "misses"},
         }
         report["ablations"] = {}
         for name in ABLATIONS if ablations else ():
             with ablated(name):
                 report["ablations"][name] = {
                     part: {k: v for k, v in scored(cases).items() if k in ("top1", "cross_both_picked")}
-                    for part, cases in (("frozen", suite), ("template_all", template_cases)) if cases}
+                    for part, cases in (("frozen", suite), ("template_all", template_cases),
+                                        ("template_cross", cross_cases)) if cases}
             log(quiet, f"ablation: {name}")
         store.close()
     return report
@@ -219,6 +227,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         figures = report[name]
         print(f"{name}: top-1 {figures['top1']:.1%} of {figures['cases']}, first pick the sibling "
               f"{figures['first_pick_is_sibling']}")
+    cross = report["template_cross"]
+    print(f"template_cross: top-1 {cross['top1']:.1%} of {cross['cases']}, both picked {cross['cross_both_picked']:.1%}")
     for name, parts in report["ablations"].items():
         print(f"  {name}: " + ", ".join(f"{part} top-1 {figures['top1']:.1%}" for part, figures in parts.items()))
     for miss in frozen.get("misses", []):

@@ -211,6 +211,9 @@ def retrieve_command(
             verdict = "picked" if c.datasource_id in routing.picks else routing.dropped.get(c.datasource_id, "")
             table.add_row(c.datasource_id, f"{c.score:.4f}", f"{c.similarity:.3f}", votes, verdict)
     console.print(table)
+    if routing.pair:
+        console.print(f"The question asks about two things: its parts went to {routing.pair[0]} and "
+                      f"{routing.pair[1]}, which lead the picks.")
     if result.retrieved is not None:
         console.print(f"[bold]Schema for the planner[/] ({result.retrieved.datasource_id}, "
                       f"{len(result.retrieved.tables)} tables, {result.retrieved.column_count} columns):")

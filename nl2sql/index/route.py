@@ -22,6 +22,12 @@ every datasource and ranks datasources by how many of those they own, reciprocal
 or votes normalised by a datasource's entry count ("normalized"). On the many-database test bed of
 benchmarks/perf/index_wide.py the evidence strategy routes best (numbers in docs/index.md).
 
+A question about two things ("refunds alongside web sessions", "compare X with Y") is also routed in parts:
+cut in two at a joining word (`question_parts`), each part is routed alone, and when the two parts go to two
+different datasources, each clearly ahead on its own part (the other scores under `close_call` times it there),
+that pair leads the picks (`Routing.pair`): the whole question's vector sits between its two subjects, and the
+second database often fell below the floor.
+
 Whatever the strategy, a datasource below `floor_ratio` times the best one (in evidence score, or in
 best similarity for the vote strategies) is dropped and at most `limit` are kept; without a
 `floor_ratio`, each strategy's own (`default_floor`). Only entries the caller may see count: an
@@ -34,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -62,6 +69,15 @@ DENSE_WEIGHT = 1.0
 LEXICAL_WEIGHT = 0.02
 BM25_WEIGHT = 0.02
 BM25_K1, BM25_B = 1.2, 0.75
+#: Words that join the two subjects of a question about two things; and "compare … with/to/and/against …".
+PART_JOINS = re.compile(r"\b(?:and|alongside|next to|side by side with|versus|vs|compared (?:to|with)|against|also|"
+                        r"as well as|together with|along with|plus)\b", re.IGNORECASE)
+COMPARED = re.compile(r"\bcompar\w*\b.*?\b(with|to|and|against)\b", re.IGNORECASE)
+#: At most this many cuts of one question are routed (two routings each): a long question is not routed a dozen times.
+MAX_PART_CUTS = 3
+#: A part's datasource is clearly ahead when the other's score there is under this share of its (the default of
+#: `settings.routing.close_call`).
+CLOSE_CALL = 0.85
 #: The floor each strategy routes best with on the test bed: the evidence score spreads wider than similarity.
 DEFAULT_FLOORS: dict[str, float] = {"evidence": 0.6}
 VOTES_FLOOR = 0.8
@@ -97,22 +113,90 @@ class Routing:
     dropped: dict[str, str]
     strategy: str
     settings: dict[str, float]
+    #: The two datasources the question's two parts were routed to, when they lead the picks (see `question_parts`).
+    pair: list[str] | None = None
 
     def explanation(self) -> dict:
         """A plain record of the signals, fused scores, picks and drops."""
         return {"picks": self.picks, "dropped": self.dropped, "strategy": self.strategy, "settings": self.settings,
-                "candidates": [vars(c) for c in self.candidates]}
+                "pair": self.pair, "candidates": [vars(c) for c in self.candidates]}
 
 
 
 def route(retriever: Retriever, question: str, datasource_ids: Sequence[str], allows: Callable[[str, str], bool], *,
           vote_k: int = 20, rrf_k: int = 60, floor_ratio: float | None = None, limit: int = 3,
-          strategy: RouteStrategy = "evidence", lexical: bool = True, query: np.ndarray | None = None) -> Routing:
+          strategy: RouteStrategy = "evidence", lexical: bool = True, query: np.ndarray | None = None,
+          pairs: bool = True, close_call: float = CLOSE_CALL) -> Routing:
     """Rank datasources for a question; `allows(datasource_id, table)` filters entries by scope.
 
     With `lexical`, the question's words that name a table, a column or a profiled value of a
-    datasource ("urgent", "Jazz", "campaign") count too.
+    datasource ("urgent", "Jazz", "campaign") count too. With `pairs`, a question about two things whose parts go
+    clearly to two datasources has that pair first (`pair_of_parts`).
     """
+    def ranked(text: str, vector: np.ndarray | None) -> Routing:
+        return rank_datasources(retriever, text, datasource_ids, allows, vote_k=vote_k, rrf_k=rrf_k,
+                                floor_ratio=floor_ratio, limit=limit, strategy=strategy, lexical=lexical, query=vector)
+
+    routing = ranked(question, query)
+    cuts = question_parts(question)[:MAX_PART_CUTS] if pairs and limit > 1 and len(datasource_ids) > 1 else []
+    if not cuts or not routing.picks:
+        return routing
+    texts = list(dict.fromkeys(part for cut in cuts for part in cut))
+    vectors = dict(zip(texts, retriever.embedder.embed_cached(texts), strict=True))
+    for left, right in cuts:
+        pair = pair_of_parts(ranked(left, vectors[left]), ranked(right, vectors[right]), close_call)
+        if pair:
+            return with_pair(routing, pair, limit)
+    return routing
+
+
+def question_parts(question: str) -> list[tuple[str, str]]:
+    """The ways a question cuts in two at a joining word ("and", "alongside", "compared with", "compare … with"),
+    each part keeping a word that may name data.
+
+    >>> question_parts("Compare monthly refunds with web sessions")
+    [('Compare monthly refunds', 'web sessions')]
+    >>> question_parts("How many tickets were opened last week?")
+    []
+    """
+    cuts = {(m.start(), m.end()) for m in PART_JOINS.finditer(question)}
+    compared = COMPARED.search(question)
+    if compared:
+        cuts.add((compared.start(1), compared.end(1)))
+    parts = [(question[:start].strip(" ,;"), question[end:].strip(" ,;?.")) for start, end in sorted(cuts)]
+    return [(left, right) for left, right in parts if content_terms(left) and content_terms(right)]
+
+
+def pair_of_parts(left: Routing, right: Routing, close_call: float = CLOSE_CALL) -> list[str] | None:
+    """The two datasources a question's two parts go to, when they differ and each is clearly ahead on its own part:
+    the other one scores under `close_call` times it there (absent: nothing)."""
+    if not left.picks or not right.picks or left.picks[0] == right.picks[0]:
+        return None
+    a, b = left.picks[0], right.picks[0]
+    on_left = {c.datasource_id: c.score for c in left.candidates}
+    on_right = {c.datasource_id: c.score for c in right.candidates}
+    if on_left.get(b, 0.0) < close_call * on_left[a] and on_right.get(a, 0.0) < close_call * on_right[b]:
+        return [a, b]
+    return None
+
+
+def with_pair(routing: Routing, pair: list[str], limit: int) -> Routing:
+    """The routing with the pair's two datasources first (the whole question's first pick leading, if it is one of
+    them), then its other picks, up to `limit`."""
+    first, second = pair if routing.picks[0] not in pair or routing.picks[0] == pair[0] else pair[::-1]
+    ordered = [first, second, *[ds for ds in routing.picks if ds not in pair]]
+    picks = ordered[:limit]
+    dropped = {ds: why for ds, why in routing.dropped.items() if ds not in pair}
+    dropped.update({ds: f"beyond the shortlist of {limit}, after the pair its parts were routed to"
+                    for ds in ordered[limit:]})
+    return Routing(picks, routing.candidates, dropped, routing.strategy, routing.settings, pair=[first, second])
+
+
+def rank_datasources(retriever: Retriever, question: str, datasource_ids: Sequence[str],
+                     allows: Callable[[str, str], bool], *, vote_k: int = 20, rrf_k: int = 60,
+                     floor_ratio: float | None = None, limit: int = 3, strategy: RouteStrategy = "evidence",
+                     lexical: bool = True, query: np.ndarray | None = None) -> Routing:
+    """The whole question's ranking: each datasource's evidence (or fused votes), the floor and the shortlist."""
     query = retriever.embed(question) if query is None else query
     floor_ratio = default_floor(strategy) if floor_ratio is None else floor_ratio
     hits: dict[str, list[tuple[float, str]]] = {s: [] for s in ROUTE_SIGNALS}

@@ -53,7 +53,8 @@ class IndexService:
         settings = self.config.settings.routing
         return route(self.retriever, question, reachable, scopes,
                      vote_k=settings.vote_k, rrf_k=settings.rrf_k, floor_ratio=settings.floor_ratio,
-                     limit=settings.shortlist, strategy=settings.strategy)
+                     limit=settings.shortlist, strategy=settings.strategy, pairs=settings.pairs,
+                     close_call=settings.close_call)
 
     def retrieve_schema(self, question: str, roles: Sequence[str] | str | None, datasource_id: str) -> RetrievedSchema:
         """The tables and columns of one datasource the planner should see for this caller and question."""

@@ -24,6 +24,7 @@ from tests.support.ask import (
     TICKETS_PLAN,
     ModelScript,
     runtime_for,
+    select_plan,
     text_kind,
 )
 
@@ -137,6 +138,27 @@ def test_a_cross_database_question_joins_chinook_customers_with_support_tickets(
                             "ON t.customer_id = c.CustomerId GROUP BY c.CustomerId ORDER BY c.CustomerId").fetchall()
     assert sorted(tuple(r) for r in result.combined.rows) == sorted(expected)[:100]
     assert result.combined.total_rows == len(expected)
+
+
+def test_a_question_about_two_things_asks_the_database_of_each_part(project: Config, model: ModelScript) -> None:
+    """Routed whole, the question's second database falls below the floor; its parts give the pair, and the
+    decomposer splits it across both."""
+    question = "Playlists next to the browsers visitors use"
+    model.routes[question] = ["chinook", "webanalytics"]
+    model.decompositions[question] = {
+        "sub_queries": [
+            {"datasource_id": "chinook", "question": "The playlists' names", "expected_columns": []},
+            {"datasource_id": "webanalytics", "question": "The visitors' devices", "expected_columns": []}],
+        "combine": None}
+    model.plans["The playlists' names"] = select_plan("Playlist", "Name")
+    model.plans["The visitors' devices"] = select_plan("visitors", "device")
+    result = ask(project, question, "analyst", settings={"plan_cache": False})
+    assert result.status == "success", result.errors
+    assert [sq.datasource_id for sq in result.sub_queries] == ["chinook", "webanalytics"]
+    from nl2sql.index.store import StateStore
+
+    routing = StateStore(project.state_dir).trace(result.trace_id)["routing"]
+    assert routing["pair"] == ["chinook", "webanalytics"] and routing["picks"][:2] == ["chinook", "webanalytics"]
 
 
 EMPLOYEE_PLAN = yaml.safe_load("""

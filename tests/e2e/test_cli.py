@@ -147,3 +147,25 @@ def test_console_script_end_to_end(tmp_path: Path) -> None:
     assert refused.returncode == 1 and "Traceback" not in refused.stderr and refused.stdout == ""
     again = subprocess.run([exe, "init", "--demo", tmp_path / "demo"], capture_output=True, text=True)
     assert again.returncode == 2 and "--force" in again.stderr
+
+
+def test_retrieve_shows_the_pair_a_two_part_question_goes_to(tmp_path: Path, demo_dir: Path, demo_index) -> None:
+    """The installed script's `retrieve` on a question about two things: both databases picked, and why."""
+    import yaml
+
+    config = yaml.safe_load((demo_dir / "nl2sql.yaml").read_text())
+    config.setdefault("storage", {})["state_dir"] = str(demo_index.store.state_dir)  # the session's built index
+    (tmp_path / "nl2sql.yaml").write_text(yaml.safe_dump(config))
+    for name in ("data", "verified"):
+        if (demo_dir / name).exists():
+            (tmp_path / name).symlink_to(demo_dir / name)
+    exe = Path(sys.executable).with_name("nl2sql")
+    question = "Playlists next to the browsers visitors use"
+    shown = subprocess.run([exe, "-c", tmp_path / "nl2sql.yaml", "retrieve", question, "-r", "admin"],
+                           capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    assert "its parts went to chinook and webanalytics" in " ".join(shown.stdout.split())
+    as_json = subprocess.run([exe, "-c", tmp_path / "nl2sql.yaml", "retrieve", question, "-r", "admin", "--json"],
+                             capture_output=True, text=True)
+    routing = json.loads(as_json.stdout)["routing"]
+    assert routing["picks"][:2] == ["chinook", "webanalytics"] and routing["pair"] == ["chinook", "webanalytics"]

@@ -145,23 +145,26 @@ def test_the_scale_benchmark_reports_each_size_and_plots_them(tmp_path: Path,
 def test_each_routing_ablation_takes_its_signal_out_of_the_evidence_score(demo_index) -> None:
     bed = load_script("nl2sql_bench_wide_bed", BENCH.parents[1] / "routing" / "wide_bed.py")
     question = "Which Jazz tracks are in the most playlists?"  # names tables and a profiled value
+    two_things = "Playlists next to the browsers visitors use"  # its parts go to two databases
 
     def candidates() -> dict[str, object]:
         return {c.datasource_id: c for c in demo_index.route(question, "admin").candidates}
 
     full = candidates()
+    paired = demo_index.route(two_things, "admin").pair
     assert all(c.evidence["dense"] > 0 and c.score > c.evidence["dense"] for c in full.values() if c.evidence["lexical"])
     changed = {}
     for name in bed.ABLATIONS:
         with bed.ablated(name):  # a patch of something routing no longer has fails here
             ablated = candidates()
-        changed[name] = any(ablated[ds].score != full[ds].score for ds in full)
+            pair = demo_index.route(two_things, "admin").pair
+        changed[name] = any(ablated[ds].score != full[ds].score for ds in full) or pair != paired
         if name == "dense only":
             assert all(c.score == pytest.approx(c.evidence["dense"], abs=1e-4) for c in ablated.values())
         if name == "no dense (lexical and BM25 only)":
             assert all(c.score == pytest.approx(0.02 * c.evidence["lexical"] + 0.02 * c.evidence["bm25"], abs=1e-4)
                        for c in ablated.values())
-    assert all(changed.values()), changed  # each one moves some score on this question
+    assert all(changed.values()), changed  # each one moves some score on the first question, or the second's pair
 
 
 def test_the_model_check_asks_only_on_close_calls_and_keeps_what_the_flow_keeps() -> None:

@@ -165,3 +165,58 @@ def test_a_question_naming_nothing_of_any_datasource_has_no_evidence(demo_index)
     weather = demo_index.route("What will the weather be like in Berlin tomorrow?", "analyst")
     assert without_evidence(weather, 0.28) and not without_evidence(weather, 0.0)
     assert not without_evidence(demo_index.route("Which artists have the most albums?", "analyst"), 0.28)
+
+
+@pytest.mark.parametrize("question", ["Media types of tracks alongside the bounce rate of sessions",
+                                      "Playlists next to the browsers visitors use"])
+def test_a_question_about_two_things_gets_the_pair_its_parts_go_to(demo_config, demo_index, question: str) -> None:
+    from nl2sql.index.service import IndexService
+
+    routing = demo_index.route(question, "admin")
+    assert routing.picks[:2] == ["chinook", "webanalytics"] and routing.pair == ["chinook", "webanalytics"]
+    assert "webanalytics" not in routing.dropped and routing.explanation()["pair"] == ["chinook", "webanalytics"]
+    config = demo_config.model_copy(deep=True)
+    config.settings.routing.pairs = False  # routed whole, the second database falls below the floor
+    whole = IndexService(config, retriever=demo_index.retriever).route(question, "admin")
+    assert whole.picks == ["chinook"] and whole.pair is None and "below" in whole.dropped["webanalytics"]
+
+
+def test_a_question_about_one_thing_with_an_and_keeps_its_one_database(demo_index) -> None:
+    for question in ("Which artists and albums have the most tracks?",
+                     "How many open tickets and how many agents does each team have?"):
+        routing = demo_index.route(question, "admin")
+        assert len(routing.picks) == 1 and routing.pair is None, routing.explanation()
+
+
+def test_a_pair_is_only_of_datasources_the_caller_reaches(demo_index) -> None:
+    routing = demo_index.route("Media types of tracks alongside the bounce rate of sessions", "viewer")
+    assert routing.picks == ["chinook"] and routing.pair is None
+
+
+def test_question_parts_cut_at_joining_words_and_keep_content_on_both_sides() -> None:
+    from nl2sql.index.route import question_parts
+
+    assert question_parts("Refunds alongside web sessions by month") == [("Refunds", "web sessions by month")]
+    assert question_parts("Compare the number of albums to the number of tickets") == [
+        ("Compare the number of albums", "the number of tickets")]
+    assert ("Do months with more orders", "have more refunds") in question_parts(
+        "Do months with more orders also have more refunds?")
+    assert question_parts("Sales and") == [] and question_parts("And the refunds?") == []
+
+
+def test_a_pair_needs_each_part_clearly_ahead_on_its_own_part() -> None:
+    from nl2sql.index.route import RouteCandidate, Routing, pair_of_parts, with_pair
+
+    def routed(**scores: float) -> Routing:
+        ranked = sorted(scores, key=lambda ds: -scores[ds])
+        return Routing(ranked[:1], [RouteCandidate(ds, scores[ds], scores[ds], {}, {}) for ds in ranked], {},
+                       "evidence", {})
+
+    assert pair_of_parts(routed(shop=0.8, web=0.3), routed(web=0.7, shop=0.2)) == ["shop", "web"]
+    assert pair_of_parts(routed(shop=0.8, web=0.7), routed(web=0.7, shop=0.2)) is None  # web close on the first part
+    assert pair_of_parts(routed(shop=0.8, web=0.3), routed(shop=0.9, web=0.2)) is None  # one database for both
+    whole = Routing(["desk", "shop"], [], {"web": "evidence score 0.2 below 0.6 × 0.5"}, "evidence", {})
+    paired = with_pair(whole, ["shop", "web"], 2)
+    assert paired.picks == ["shop", "web"] and paired.pair == ["shop", "web"]
+    assert "web" not in paired.dropped and "after the pair" in paired.dropped["desk"]
+    assert with_pair(Routing(["web"], [], {}, "evidence", {}), ["shop", "web"], 3).picks == ["web", "shop"]
