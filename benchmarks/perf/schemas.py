@@ -791,6 +791,48 @@ def cross_questions(bed: list[Database], seed: int, n: int = 160) -> list[tuple[
     return out
 
 
+#: Questions about one entity with a joining word in them ({E} the entity, {P} a parent's, {cat}/{val} a category
+#: and one of its values, {m} a measure, {d} a date): what routing in parts must leave to one database.
+JOINED_TEMPLATES = (
+    "Group the {E} by {cat} and count them", "List the {E} and their {cat}", "Show the {E} by {cat} and by {d}",
+    "Which {P} have the most {E}, and how many?", "Total {m} and average {m} of {E}",
+    "How many {E} are there, and what is their total {m}?", "Count the {E} per {cat} and sort them",
+    "List {E} with {cat} {val} and {m} above average", "Show the {E} alongside their {P}",
+    "Compare the {m} of {E} with last year",
+)
+
+
+def joined_questions(bed: list[Database], seed: int, n: int = 160) -> list[tuple[str, str]]:
+    """`n` questions about one entity of a database chosen at random, each with a joining word ("and",
+    "alongside", "compare … with"): (question, database).
+
+    >>> bed = make_test_bed(4, seed=7)
+    >>> len(joined_questions(bed, 7, 5)), joined_questions(bed, 7) == joined_questions(bed, 7)
+    (5, True)
+    """
+    rng = _rng(seed, "joined")
+    out: list[tuple[str, str]] = []
+    while len(out) < n:
+        db = rng.choice(bed)
+        table = rng.choice([t for t in db.tables if t.phrases])
+        by_name = {t.name: t for t in db.tables}
+        cols = [c for c in table.columns[1:] if c not in PADDING_COLUMNS]
+        kinds = {"{m}": [c for c in cols if c.kind in MEASURES], "{cat}": [c for c in cols if c.kind == "cat"],
+                 "{d}": [c for c in cols if c.kind in ("date", "ts")],
+                 "{P}": [by_name[c.ref] for c in cols if c.kind == "fk" and c.ref in by_name and by_name[c.ref].phrases]}
+        template = rng.choice(JOINED_TEMPLATES)
+        if any(key in template and not found for key, found in kinds.items()):
+            continue
+        cat = rng.choice(kinds["{cat}"]) if kinds["{cat}"] else None
+        text = template.format(
+            E=rng.choice(table.phrases), cat=words(cat.name) if cat else "", val=rng.choice(cat.values) if cat else "",
+            m=words(rng.choice(kinds["{m}"]).name) if kinds["{m}"] else "",
+            d=words(rng.choice(kinds["{d}"]).name) if kinds["{d}"] else "",
+            P=rng.choice(rng.choice(kinds["{P}"]).phrases) if kinds["{P}"] else "")
+        out.append((text[0].upper() + text[1:], db.name))
+    return out
+
+
 #: Test-bed sizes: a few big databases on purpose; the rest 3 to 18 tables.
 BIG_SIZES = (60, 45, 36, 28)
 

@@ -11,7 +11,9 @@ then routes with the engine's defaults (`RoutingSettings()`, `route` as the ask 
 - the template questions the generator writes for each database (held out from its sample questions): top-1 on
   all 44, and on the sixteen databases of the sibling pairs;
 - 160 questions about two databases chosen at random (`cross_questions`: an entity's everyday name from each,
-  "Put our donors side by side with the educators"): top-1 as above (both databases shortlisted);
+  "Put our donors side by side with the educators"): top-1 as above (both databases shortlisted); and 160 about
+  one database with a joining word in them (`joined_questions`: "Group the donors by channel and count them"):
+  top-1, and how many were given a pair of databases;
 - ablations: the same questions routed with one signal of the evidence strategy taken out at a time (`ABLATIONS`).
 
 `--seed` builds the bed from another seed (other sizes, columns, rows and generated questions; the frozen suite is
@@ -169,7 +171,9 @@ def run(state: Path | None, quiet: bool, *, seed: int = FROZEN_SEED, ablations: 
                           for db in bed for i, q in enumerate(db.test_questions)]
         cross_cases = [{"id": f"cross:{i}", "question": q, "databases": [a, b]}
                        for i, (q, a, b) in enumerate(schemas.cross_questions(bed, seed))]
-        questions = [c["question"] for c in [*suite, *template_cases, *cross_cases]]
+        joined_cases = [{"id": f"joined:{i}", "question": q, "databases": [db]}
+                        for i, (q, db) in enumerate(schemas.joined_questions(bed, seed))]
+        questions = [c["question"] for c in [*suite, *template_cases, *cross_cases, *joined_cases]]
         latency: list[float] = []
         queries: dict[str, Any] = {}
         for question in questions:  # the latency of a whole routing, the question's embedding included
@@ -192,6 +196,9 @@ def run(state: Path | None, quiet: bool, *, seed: int = FROZEN_SEED, ablations: 
             "template_all": scored(template_cases),  # its misses are what tuning may look at
             "template_sibling_pairs": {k: v for k, v in scored(paired).items() if k != "misses"},
             "template_cross": {k: v for k, v in scored(cross_cases).items() if k != "misses"},
+            "template_joined": {k: v for k, v in scored(joined_cases).items() if k != "misses"}
+            | {"paired": sum(bool(route_on_bed(retriever, c["question"], ids, query=queries[c["question"]]).pair)
+                             for c in joined_cases)},
         }
         report["ablations"] = {}
         for name in ABLATIONS if ablations else ():
@@ -199,7 +206,7 @@ def run(state: Path | None, quiet: bool, *, seed: int = FROZEN_SEED, ablations: 
                 report["ablations"][name] = {
                     part: {k: v for k, v in scored(cases).items() if k in ("top1", "cross_both_picked")}
                     for part, cases in (("frozen", suite), ("template_all", template_cases),
-                                        ("template_cross", cross_cases)) if cases}
+                                        ("template_cross", cross_cases), ("template_joined", joined_cases)) if cases}
             log(quiet, f"ablation: {name}")
         store.close()
     return report
@@ -229,6 +236,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
               f"{figures['first_pick_is_sibling']}")
     cross = report["template_cross"]
     print(f"template_cross: top-1 {cross['top1']:.1%} of {cross['cases']}, both picked {cross['cross_both_picked']:.1%}")
+    joined = report["template_joined"]
+    print(f"template_joined: top-1 {joined['top1']:.1%} of {joined['cases']}, given a pair {joined['paired']}")
     for name, parts in report["ablations"].items():
         print(f"  {name}: " + ", ".join(f"{part} top-1 {figures['top1']:.1%}" for part, figures in parts.items()))
     for miss in frozen.get("misses", []):

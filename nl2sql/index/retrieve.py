@@ -290,6 +290,23 @@ def content_terms(text: str) -> list[str]:
     return [t for t in terms_of(text) if t not in _STOP and not t.isdigit()]
 
 
+#: Words that place or compare rather than name ("last year", "above average", "the same month").
+_RELATIVE = frozenset(["above", "below", "last", "next", "other", "over", "previous", "prior", "same", "this", "that",
+                       "under"])
+
+
+def naming_terms(text: str) -> set[str]:
+    """The words of a text that may name data: its content terms less the words of asking, of time and of place.
+
+    >>> sorted(naming_terms("How many were hired each year, and what is their total?"))
+    []
+    >>> sorted(naming_terms("Count the refunds per month")), sorted(naming_terms("the same month last year"))
+    (['refund'], [])
+    """
+    return {singular(t) for t in _TOKEN.findall(text.lower()) if t not in _STOP and t not in _QUESTION_WORDS
+            and t not in _RELATIVE and not t.isdigit() and not _TIME.fullmatch(t)}
+
+
 @dataclass
 class EntryLayout:
     """Where each table's entries are: arrays, so a question's scan is a few numpy operations."""

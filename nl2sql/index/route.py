@@ -54,6 +54,7 @@ from nl2sql.index.retrieve import (
     Retriever,
     ScopeKey,
     content_terms,
+    naming_terms,
     read_question,
 )
 from nl2sql.index.vectors import EXACT_UP_TO
@@ -73,6 +74,10 @@ BM25_K1, BM25_B = 1.2, 0.75
 PART_JOINS = re.compile(r"\b(?:and|alongside|next to|side by side with|versus|vs|compared (?:to|with)|against|also|"
                         r"as well as|together with|along with|plus)\b", re.IGNORECASE)
 COMPARED = re.compile(r"\bcompar\w*\b.*?\b(with|to|and|against)\b", re.IGNORECASE)
+#: A part with a word referring back to the other, or starting with a preposition, is about the other's subject.
+REFERS_BACK = re.compile(r"\b(?:them|their|theirs|they|it|its|those|these)\b", re.IGNORECASE)
+MODIFIER = re.compile(r"(?:by|per|with|for|in|on|over|from|of|during|since|before|after|than|above|below|under)\b",
+                      re.IGNORECASE)
 #: At most this many cuts of one question are routed (two routings each): a long question is not routed a dozen times.
 MAX_PART_CUTS = 3
 #: A part's datasource is clearly ahead when the other's score there is under this share of its (the default of
@@ -152,19 +157,30 @@ def route(retriever: Retriever, question: str, datasource_ids: Sequence[str], al
 
 def question_parts(question: str) -> list[tuple[str, str]]:
     """The ways a question cuts in two at a joining word ("and", "alongside", "compared with", "compare … with"),
-    each part keeping a word that may name data.
+    where each part names something of its own: a word that may name data (`naming_terms`), none shared with the
+    other part, no word referring back to it ("count them", "their status") and no leading preposition ("by
+    region", "with last year"): those parts are about the other part's subject, not a second one.
 
     >>> question_parts("Compare monthly refunds with web sessions")
     [('Compare monthly refunds', 'web sessions')]
-    >>> question_parts("How many tickets were opened last week?")
-    []
+    >>> question_parts("Group the tickets by agent and count them"), question_parts("Total fees and average fees of loans")
+    ([], [])
+    >>> question_parts("Which artists have the most albums, and how many?"), question_parts("Orders by region and by month")
+    ([], [])
     """
     cuts = {(m.start(), m.end()) for m in PART_JOINS.finditer(question)}
     compared = COMPARED.search(question)
     if compared:
         cuts.add((compared.start(1), compared.end(1)))
     parts = [(question[:start].strip(" ,;"), question[end:].strip(" ,;?.")) for start, end in sorted(cuts)]
-    return [(left, right) for left, right in parts if content_terms(left) and content_terms(right)]
+    return [(left, right) for left, right in parts if own_subjects(left, right)]
+
+
+def own_subjects(left: str, right: str) -> bool:
+    """Whether the two parts of a question each name something of their own (see `question_parts`)."""
+    named_left, named_right = naming_terms(left), naming_terms(right)
+    return (bool(named_left) and bool(named_right) and not named_left & named_right
+            and not REFERS_BACK.search(left) and not REFERS_BACK.search(right) and not MODIFIER.match(right))
 
 
 def pair_of_parts(left: Routing, right: Routing, close_call: float = CLOSE_CALL) -> list[str] | None:

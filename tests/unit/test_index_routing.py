@@ -181,11 +181,18 @@ def test_a_question_about_two_things_gets_the_pair_its_parts_go_to(demo_config, 
     assert whole.picks == ["chinook"] and whole.pair is None and "below" in whole.dropped["webanalytics"]
 
 
-def test_a_question_about_one_thing_with_an_and_keeps_its_one_database(demo_index) -> None:
+def test_a_question_about_one_thing_with_an_and_keeps_its_picks(demo_config, demo_index) -> None:
+    from nl2sql.index.service import IndexService
+
+    config = demo_config.model_copy(deep=True)
+    config.settings.routing.pairs = False
+    whole = IndexService(config, retriever=demo_index.retriever)
     for question in ("Which artists and albums have the most tracks?",
-                     "How many open tickets and how many agents does each team have?"):
+                     "How many open tickets and how many agents does each team have?",
+                     "Group the tickets by priority and count them", "List the customers and their invoices",
+                     "Compare the number of playlists with last year"):
         routing = demo_index.route(question, "admin")
-        assert len(routing.picks) == 1 and routing.pair is None, routing.explanation()
+        assert routing.pair is None and routing.picks == whole.route(question, "admin").picks, routing.explanation()
 
 
 def test_a_pair_is_only_of_datasources_the_caller_reaches(demo_index) -> None:
@@ -202,6 +209,11 @@ def test_question_parts_cut_at_joining_words_and_keep_content_on_both_sides() ->
     assert ("Do months with more orders", "have more refunds") in question_parts(
         "Do months with more orders also have more refunds?")
     assert question_parts("Sales and") == [] and question_parts("And the refunds?") == []
+    # a part about the other part's subject: refers back, shares its word, a modifier, only asks or places in time
+    for question in ("Group the refunds by reason and count them", "List the refunds and their reasons",
+                     "Total refunds and average refunds per store", "Refunds by store and by month",
+                     "Which stores have the most refunds, and how many?", "Compare the refunds with last year"):
+        assert question_parts(question) == [], question
 
 
 def test_a_pair_needs_each_part_clearly_ahead_on_its_own_part() -> None:
