@@ -127,7 +127,6 @@ class Routing:
                 "pair": self.pair, "candidates": [vars(c) for c in self.candidates]}
 
 
-
 def route(retriever: Retriever, question: str, datasource_ids: Sequence[str], allows: Callable[[str, str], bool], *,
           vote_k: int = 20, rrf_k: int = 60, floor_ratio: float | None = None, limit: int = 3,
           strategy: RouteStrategy = "evidence", lexical: bool = True, query: np.ndarray | None = None,
