@@ -46,7 +46,7 @@ from nl2sql.config.models import LLMConfig, RetrievalSettings, RoutingSettings  
 from nl2sql.evaluation.suite import load_suite  # noqa: E402
 from nl2sql.index.embed import Embedder  # noqa: E402
 from nl2sql.index.retrieve import Retriever  # noqa: E402
-from nl2sql.index.route import Routing, close_calls  # noqa: E402
+from nl2sql.index.route import Routing, backed_by_routing  # noqa: E402
 from nl2sql.index.service import IndexService  # noqa: E402
 from nl2sql.index.store import StateStore  # noqa: E402
 from nl2sql.llm.client import LLMClient  # noqa: E402
@@ -77,7 +77,7 @@ def second_stage(question: str, wanted: Sequence[str], routing: Routing, describ
     """One question: routing's picks, and where more than one database is a close call, what the answerability
     check's model chose and what the flow keeps of the picks; top-1 before and after."""
     picks = routing.picks
-    close = close_calls({c.datasource_id: c.score for c in routing.candidates}, settings.close_call)
+    close = backed_by_routing({c.datasource_id: c.score for c in routing.candidates}, routing.pair, settings.close_call)
     record: dict[str, Any] = {"question": question, "wanted": list(wanted), "picks": picks, "close": close,
                               "asked": False, "after": picks}
     if len(picks) > 1 and len(close) > 1:

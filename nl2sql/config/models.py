@@ -354,7 +354,8 @@ class RoutingSettings(Strict):
                               "best one; one that scores less does not overrule routing's first pick.")
     pairs: bool = Field(default=True, description="A question about two things (\"refunds alongside web sessions\", "
                         "\"compare X with Y\") is also routed in its two parts; when they go clearly to two "
-                        "datasources, that pair leads the picks (see docs/index.md).")
+                        "datasources, that pair leads the picks, and a model may send the question to either (see "
+                        "docs/index.md).")
     min_evidence: float = Field(default=0.28, ge=0, le=1, description="A question that names nothing of any "
                                 "datasource (no table, column, value or entry word) and whose best datasource's "
                                 "dense evidence is below this is not answerable, refused before any model call "

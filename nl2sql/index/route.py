@@ -304,6 +304,16 @@ def close_calls(scores: Mapping[str, float], ratio: float) -> list[str]:
     return [ds for ds, score in scores.items() if score >= ratio * top]
 
 
+def backed_by_routing(scores: Mapping[str, float], pair: Sequence[str] | None, ratio: float) -> list[str]:
+    """The datasources a model may send a question to over routing's first pick: its close calls, and the pair a
+    two-part question's parts went to (routing's own evidence that both are needed).
+
+    >>> backed_by_routing({"shop": 0.64, "web": 0.3, "desk": 0.6}, ["shop", "web"], 0.85)
+    ['shop', 'desk', 'web']
+    """
+    return list(dict.fromkeys([*close_calls(scores, ratio), *(pair or [])]))
+
+
 def without_evidence(routing: Routing, min_dense: float) -> bool:
     """Whether no datasource holds anything the question asks about: the evidence strategy, no datasource with a
     word of the question in its names, values or entries, and the best dense evidence below `min_dense`.

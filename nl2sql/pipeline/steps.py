@@ -29,7 +29,7 @@ from nl2sql.errors import (
 )
 from nl2sql.index.chunks import qualified
 from nl2sql.index.retrieve import LiveIndex
-from nl2sql.index.route import Routing, close_calls, without_evidence
+from nl2sql.index.route import Routing, backed_by_routing, without_evidence
 from nl2sql.llm.models import LLMParseError, Message
 from nl2sql.pipeline import prompts
 from nl2sql.pipeline.result import RunWarning
@@ -167,9 +167,11 @@ def narrowed_picks(chosen: list[str], picks: list[str], close: list[str]) -> lis
 
 
 def _close_calls(ctx: RunContext, state: RunState) -> list[str]:
-    """The datasources routing scored within `settings.routing.close_call` of its best (from the run's routing)."""
-    scores = {c["datasource_id"]: c["score"] for c in (state.routing or {}).get("candidates", [])}
-    return close_calls(scores, ctx.config.settings.routing.close_call)
+    """The datasources routing scored within `settings.routing.close_call` of its best, and the pair a two-part
+    question's parts went to (from the run's routing)."""
+    routing = state.routing or {}
+    scores = {c["datasource_id"]: c["score"] for c in routing.get("candidates", [])}
+    return backed_by_routing(scores, routing.get("pair"), ctx.config.settings.routing.close_call)
 
 
 def _rerouted(state: RunState, step: str, named: str, first: str) -> None:

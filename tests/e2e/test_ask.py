@@ -161,6 +161,17 @@ def test_a_question_about_two_things_asks_the_database_of_each_part(project: Con
     assert routing["pair"] == ["chinook", "webanalytics"] and routing["picks"][:2] == ["chinook", "webanalytics"]
 
 
+def test_the_answerability_check_may_keep_either_database_of_a_pair(project: Config, model: ModelScript) -> None:
+    """Routed whole, webanalytics scores far below chinook; the question's parts back it, so the model's choice of it
+    alone stands (no SUB_QUERY_REROUTED)."""
+    question = "Playlists next to the browsers visitors use"
+    model.plan(question, select_plan("visitors", "device"), route=["webanalytics"])
+    result = ask(project, question, "analyst", settings={"plan_cache": False})
+    assert result.status == "success", result.errors
+    assert [sq.datasource_id for sq in result.sub_queries] == ["webanalytics"]
+    assert "SUB_QUERY_REROUTED" not in [w.code for w in result.warnings]
+
+
 EMPLOYEE_PLAN = yaml.safe_load("""
 select:
   - {expr: {kind: column, table: e, column: LastName}, alias: last_name}
