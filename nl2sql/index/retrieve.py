@@ -594,6 +594,15 @@ def names_in(question: str) -> list[str]:
     return out
 
 
+def quoted_spans(question: str) -> list[tuple[int, int]]:
+    """Where the question's quoted strings are (start and end of each, quotes included).
+
+    >>> quoted_spans("Tracks by 'Simon and Garfunkel' and won't-play songs")
+    [(10, 31)]
+    """
+    return [m.span() for m in _QUOTED.finditer(question)]
+
+
 def unknown_runs(question: str, vocabulary: Container[str]) -> list[str]:
     """Runs of two or more words the datasource's texts never use: a name written in lower case ("led zeppelin").
 

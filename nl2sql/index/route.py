@@ -55,6 +55,7 @@ from nl2sql.index.retrieve import (
     ScopeKey,
     content_terms,
     naming_terms,
+    quoted_spans,
     read_question,
 )
 from nl2sql.index.vectors import EXACT_UP_TO
@@ -166,11 +167,15 @@ def question_parts(question: str) -> list[tuple[str, str]]:
     ([], [])
     >>> question_parts("Which artists have the most albums, and how many?"), question_parts("Orders by region and by month")
     ([], [])
+    >>> question_parts("Which tracks are by 'Simon and Garfunkel'?")
+    []
     """
     cuts = {(m.start(), m.end()) for m in PART_JOINS.finditer(question)}
     compared = COMPARED.search(question)
     if compared:
         cuts.add((compared.start(1), compared.end(1)))
+    quoted = quoted_spans(question)  # a joining word inside quotes is part of a value: 'Simon and Garfunkel'
+    cuts = {(start, end) for start, end in cuts if not any(q0 < start and end < q1 for q0, q1 in quoted)}
     parts = [(question[:start].strip(" ,;"), question[end:].strip(" ,;?.")) for start, end in sorted(cuts)]
     return [(left, right) for left, right in parts if own_subjects(left, right)]
 

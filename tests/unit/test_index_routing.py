@@ -209,10 +209,12 @@ def test_question_parts_cut_at_joining_words_and_keep_content_on_both_sides() ->
     assert ("Do months with more orders", "have more refunds") in question_parts(
         "Do months with more orders also have more refunds?")
     assert question_parts("Sales and") == [] and question_parts("And the refunds?") == []
-    # a part about the other part's subject: refers back, shares its word, a modifier, only asks or places in time
+    # a part about the other part's subject (refers back, shares its word, a modifier, only asks or places in time),
+    # or a joining word inside a quoted value
     for question in ("Group the refunds by reason and count them", "List the refunds and their reasons",
                      "Total refunds and average refunds per store", "Refunds by store and by month",
-                     "Which stores have the most refunds, and how many?", "Compare the refunds with last year"):
+                     "Which stores have the most refunds, and how many?", "Compare the refunds with last year",
+                     "Which tracks are by 'Simon and Garfunkel'?"):
         assert question_parts(question) == [], question
 
 
