@@ -186,6 +186,7 @@ def run(state: Path | None, quiet: bool, *, seed: int = FROZEN_SEED, ablations: 
             return score(cases, [routed(case["question"]) for case in cases]) if cases else {}
 
         paired = [c for c in template_cases if c["databases"][0] in pairs]
+        joined_routings = [routed(c["question"]) for c in joined_cases]  # scored, and counted for pairs given
         report: dict[str, Any] = {
             "commit": commit(), "seed": seed, "suite": str(SUITE.relative_to(HERE.parent.parent)) if suite else None,
             "databases": len(bed), "siblings": len(schemas.SIBLINGS), "keyless": sorted(schemas.KEYLESS),
@@ -196,9 +197,8 @@ def run(state: Path | None, quiet: bool, *, seed: int = FROZEN_SEED, ablations: 
             "template_all": scored(template_cases),  # its misses are what tuning may look at
             "template_sibling_pairs": {k: v for k, v in scored(paired).items() if k != "misses"},
             "template_cross": {k: v for k, v in scored(cross_cases).items() if k != "misses"},
-            "template_joined": {k: v for k, v in scored(joined_cases).items() if k != "misses"}
-            | {"paired": sum(bool(route_on_bed(retriever, c["question"], ids, query=queries[c["question"]]).pair)
-                             for c in joined_cases)},
+            "template_joined": {k: v for k, v in score(joined_cases, joined_routings).items() if k != "misses"}
+            | {"paired": sum(bool(r.pair) for r in joined_routings)},
         }
         report["ablations"] = {}
         for name in ABLATIONS if ablations else ():

@@ -48,6 +48,7 @@ from typing import Literal
 
 import numpy as np
 
+from nl2sql.config.models import RoutingSettings
 from nl2sql.index.retrieve import (
     Cues,
     LiveIndex,
@@ -83,7 +84,7 @@ MODIFIER = re.compile(r"(?:by|per|with|for|in|on|over|from|of|during|since|befor
 MAX_PART_CUTS = 3
 #: A part's datasource is clearly ahead when the other's score there is under this share of its (the default of
 #: `settings.routing.close_call`).
-CLOSE_CALL = 0.85
+CLOSE_CALL: float = RoutingSettings.model_fields["close_call"].default
 #: The floor each strategy routes best with on the test bed: the evidence score spreads wider than similarity.
 DEFAULT_FLOORS: dict[str, float] = {"evidence": 0.6}
 VOTES_FLOOR = 0.8
