@@ -401,8 +401,13 @@ def fuse(rankings: dict[str, list[str]], datasource_ids: Sequence[str], rrf_k: i
 
 @functools.lru_cache(maxsize=65_536)
 def value_terms(value: str) -> frozenset[str]:
-    """A profiled value's words as a question's are read, numbers left out (kept: the same values come up again)."""
-    return frozenset(w for w in read_question(value).terms if not w.isdigit())
+    """A profiled value's words as a question's are read, numbers and stop words left out: "the" of "On-The-Go" is no
+    sign that a question names it (kept: the same values come up again).
+
+    >>> sorted(value_terms("On-The-Go 1")), sorted(value_terms("summer_sale_2011"))
+    (['go'], ['sale', 'summer'])
+    """
+    return frozenset(content_terms(value))
 
 
 def lexical_score(live: LiveIndex, cues: Cues, visible: set[str]) -> float:

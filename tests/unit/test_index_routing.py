@@ -161,6 +161,13 @@ def test_a_value_counts_by_the_share_of_its_words_the_question_has(demo_index) -
     assert whole["chinook"]["lexical"] >= 2.0  # the genre "Jazz" is a whole value
 
 
+def test_a_stop_word_a_value_shares_with_the_question_counts_nothing(demo_index) -> None:
+    # "show" names half of the playlist "TV Shows" (1.0); "the" of the playlist "On-The-Go 1" is no evidence
+    found = {c.datasource_id: c.evidence for c in demo_index.route("Show me the unresolved complaints",
+                                                                     "admin").candidates}
+    assert found["chinook"]["lexical"] == pytest.approx(1.0)
+
+
 def test_a_question_naming_nothing_of_any_datasource_has_no_evidence(demo_index) -> None:
     weather = demo_index.route("What will the weather be like in Berlin tomorrow?", "analyst")
     assert without_evidence(weather, 0.28) and not without_evidence(weather, 0.0)
