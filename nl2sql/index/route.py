@@ -80,6 +80,11 @@ COMPARED = re.compile(r"\bcompar\w*\b.*?\b(with|to|and|against)\b", re.IGNORECAS
 REFERS_BACK = re.compile(r"\b(?:them|their|theirs|they|it|its|those|these)\b", re.IGNORECASE)
 MODIFIER = re.compile(r"(?:by|per|with|for|in|on|over|from|of|during|since|before|after|than|above|below|under)\b",
                       re.IGNORECASE)
+#: A part that is an attribute compared with a value ("salary above average", "hours over 40") is a condition on the
+#: other part's subject ("List athletes with position defender and salary above average"), not a second subject.
+CONDITION = re.compile(r"(?:the\s+)?(?:[\w-]+\s+){1,3}(?:is\s+|are\s+)?(?:above|below|over|under|more than|less than|"
+                       r"greater than|higher than|lower than|at least|at most)\s+(?:the\s+)?(?:average|mean|median|"
+                       r"\$?\d)", re.IGNORECASE)
 #: At most this many cuts of one question are routed (two routings each): a long question is not routed a dozen times.
 MAX_PART_CUTS = 3
 #: A part's datasource is clearly ahead when the other's score there is under this share of its (the default of
@@ -159,8 +164,9 @@ def route(retriever: Retriever, question: str, datasource_ids: Sequence[str], al
 def question_parts(question: str) -> list[tuple[str, str]]:
     """The ways a question cuts in two at a joining word ("and", "alongside", "compared with", "compare … with"),
     where each part names something of its own: a word that may name data (`naming_terms`), none shared with the
-    other part, no word referring back to it ("count them", "their status") and no leading preposition ("by
-    region", "with last year"): those parts are about the other part's subject, not a second one.
+    other part, no word referring back to it ("count them", "their status"), no leading preposition ("by
+    region", "with last year") and no second part that is an attribute compared with a value ("salary above
+    average"): those parts are about the other part's subject, not a second one.
 
     >>> question_parts("Compare monthly refunds with web sessions")
     [('Compare monthly refunds', 'web sessions')]
@@ -169,6 +175,8 @@ def question_parts(question: str) -> list[tuple[str, str]]:
     >>> question_parts("Which artists have the most albums, and how many?"), question_parts("Orders by region and by month")
     ([], [])
     >>> question_parts("Which tracks are by 'Simon and Garfunkel'?")
+    []
+    >>> question_parts("List athletes with position defender and salary above average")
     []
     """
     cuts = {(m.start(), m.end()) for m in PART_JOINS.finditer(question)}
@@ -185,7 +193,8 @@ def own_subjects(left: str, right: str) -> bool:
     """Whether the two parts of a question each name something of their own (see `question_parts`)."""
     named_left, named_right = naming_terms(left), naming_terms(right)
     return (bool(named_left) and bool(named_right) and not named_left & named_right
-            and not REFERS_BACK.search(left) and not REFERS_BACK.search(right) and not MODIFIER.match(right))
+            and not REFERS_BACK.search(left) and not REFERS_BACK.search(right) and not MODIFIER.match(right)
+            and not CONDITION.match(right))
 
 
 def pair_of_parts(left: Routing, right: Routing, close_call: float = CLOSE_CALL) -> list[str] | None:

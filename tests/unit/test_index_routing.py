@@ -221,8 +221,12 @@ def test_question_parts_cut_at_joining_words_and_keep_content_on_both_sides() ->
     for question in ("Group the refunds by reason and count them", "List the refunds and their reasons",
                      "Total refunds and average refunds per store", "Refunds by store and by month",
                      "Which stores have the most refunds, and how many?", "Compare the refunds with last year",
-                     "Which tracks are by 'Simon and Garfunkel'?"):
+                     "Which tracks are by 'Simon and Garfunkel'?",
+                     "List refunds with reason damaged and amount above average",
+                     "Show agents in team billing and tickets closed over 40"):
         assert question_parts(question) == [], question
+    # a condition on the first subject is no second subject; the first subject may carry one of its own
+    assert question_parts("Refunds above average and web sessions") == [("Refunds above average", "web sessions")]
 
 
 def test_a_pair_needs_each_part_clearly_ahead_on_its_own_part() -> None:
