@@ -719,8 +719,23 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
 }
 
 
+@dataclass(frozen=True)
+class Written:
+    """A generated question and what a query answering it reads: its tables, and its columns as `table.column` (the
+    entity's table; the column each slot names; for a parent, the key joining them and the parent's key)."""
+
+    text: str
+    tables: frozenset[str]
+    columns: frozenset[str]
+
+
 def questions_for(table: Table, by_name: dict[str, Table], rng: random.Random) -> list[str]:
     """Questions about one core table, phrased with its everyday names (one per applicable template)."""
+    return [w.text for w in written_for(table, by_name, rng)]
+
+
+def written_for(table: Table, by_name: dict[str, Table], rng: random.Random) -> list[Written]:
+    """`questions_for`'s questions with what each reads."""
     cols = [c for c in table.columns[1:] if c not in PADDING_COLUMNS]
     measures = [c for c in cols if c.kind in MEASURES]
     cats = [c for c in cols if c.kind == "cat"]
@@ -732,12 +747,25 @@ def questions_for(table: Table, by_name: dict[str, Table], rng: random.Random) -
     for kind, templates in TEMPLATES.items():
         if not needs[kind]:
             continue
+        # the draws in the order the questions were first written with, so every bed's questions stay the same
         cat = rng.choice(cats) if cats else None
-        text = rng.choice(templates).format(
-            E=rng.choice(table.phrases), cat=words(cat.name) if cat else "", val=rng.choice(cat.values) if cat else "",
-            m=words(rng.choice(measures).name) if measures else "", d=words(rng.choice(dates).name) if dates else "",
-            P=rng.choice(rng.choice(parents).phrases) if parents else "")
-        out.append(text[0].upper() + text[1:])
+        template = rng.choice(templates)
+        entity = rng.choice(table.phrases)
+        value = rng.choice(cat.values) if cat else ""
+        measure = rng.choice(measures) if measures else None
+        date = rng.choice(dates) if dates else None
+        parent = rng.choice(parents) if parents else None
+        text = template.format(E=entity, cat=words(cat.name) if cat else "", val=value,
+                               m=words(measure.name) if measure else "", d=words(date.name) if date else "",
+                               P=rng.choice(parent.phrases) if parent else "")
+        slots = {"{cat}": cat, "{val}": cat, "{m}": measure, "{d}": date}
+        columns = {f"{table.name}.{c.name}" for slot, c in slots.items() if c and slot in template}
+        tables = {table.name}
+        if parent and "{P}" in template:
+            key = next(c for c in cols if c.kind == "fk" and c.ref == parent.name)
+            tables.add(parent.name)
+            columns |= {f"{table.name}.{key.name}", f"{parent.name}.{parent.pk}"}
+        out.append(Written(text[0].upper() + text[1:], frozenset(tables), frozenset(columns)))
     return out
 
 
@@ -749,15 +777,21 @@ def mentions_table(question: str, tables: list[Table]) -> bool:
 
 def question_pool(tables: list[Table], seed: int, tag: str) -> list[str]:
     """Every question the templates write about the core tables of a database, shuffled, no repeats."""
+    return [w.text for w in written_pool(tables, seed, tag)]
+
+
+def written_pool(tables: list[Table], seed: int, tag: str) -> list[Written]:
+    """`question_pool`'s questions with what each reads (a question written twice keeps its first reading)."""
     by_name = {t.name: t for t in tables}
-    pool: list[str] = []
+    pool: dict[str, Written] = {}
     for round_ in range(3):  # several rounds: other phrases, templates and columns
         for table in tables:
             if table.phrases:
-                pool += questions_for(table, by_name, _rng(seed, "q", tag, table.name, round_))
-    pool = list(dict.fromkeys(pool))
-    _rng(seed, "shuffle", tag).shuffle(pool)
-    return pool
+                for written in written_for(table, by_name, _rng(seed, "q", tag, table.name, round_)):
+                    pool.setdefault(written.text, written)
+    out = list(pool.values())
+    _rng(seed, "shuffle", tag).shuffle(out)
+    return out
 
 
 #: Questions about one entity of each of two databases ({A} of the first, {B} of the second, {m} a measure of {A}).

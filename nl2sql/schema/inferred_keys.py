@@ -7,8 +7,10 @@ from what the tables hold:
 - a table's likely key: a column named `id`, `<table>id` or `<table>_id` (the table's name singular or plural)
   whose sampled values are all present and all distinct;
 - a column's likely reference: the same name as another table's key (`Track.AlbumId` and `Album.AlbumId`), or
-  `<table>_id` / `<table>id` naming a table whose key is `id`; of a type the key's can be compared with; and
-  whose sampled values are contained in the key's (at least `MIN_CONTAINMENT` of them).
+  `<table>_id` / `<table>id` naming a table whose key is `id`; failing both, `<tail>_id` where the tail is the last
+  words of one table's name, and of no other's (`stay.home_id` → `rental_home`, `show_id` → `PodcastShow`); of a
+  type the key's can be compared with; and whose sampled values are contained in the key's (at least
+  `MIN_CONTAINMENT` of them).
 
 Each inferred reference carries a confidence (the share of its values found in the key) and is kept beside
 the declared ones (`SchemaSnapshot.inferred_keys`), never mixed into them: a database's own keys stay what the
@@ -40,6 +42,8 @@ SAMPLE_ROWS = 100_000
 
 
 _SEPARATORS = re.compile(r"[\s_\-]")
+#: The words of a name: `rental_home`, `RentalHome` and `rental-home` alike.
+_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 
 
 @lru_cache(maxsize=1 << 16)
@@ -108,12 +112,22 @@ def infer_keys(snapshot: SchemaSnapshot, sample: SampleColumns, *, sample_rows: 
     for name, key in keys.items():
         for pointer in _pointers(tables[name], key):
             (by_form if _norm(key[0]) == "id" else by_key).setdefault(pointer, []).append((name, key[0]))
+    by_tail: dict[str, list[tuple[str, str]]] = {}
+
+    def by_tails(pointer: str) -> list[tuple[str, str]]:
+        """The tables the last words of whose name the pointer spells, found once per pointer by the names' ends (a
+        few distinct pointers miss an exact name, `tenant_id`, `legacy_id`: no index of every table's tails)."""
+        if pointer not in by_tail:
+            ends = tuple(_forms(pointer[:-2]))
+            by_tail[pointer] = [(name, key[0]) for name, key in keys.items() if _norm(name).endswith(ends)
+                                and pointer in _tail_pointers(tables[name], key)]
+        return by_tail[pointer]
     # the names by which a column could point at a changed table, before or after the change
     old_keys = {name: t.primary_key or before.primary_keys.get(name, [])
                 for name, t in old_tables.items()} if before is not None else {}
     touched = {pointer for name in stale for table, key in ((tables.get(name), keys.get(name)),
                                                              (old_tables.get(name), old_keys.get(name)))
-               if table is not None and key for pointer in _pointers(table, key)}
+               if table is not None and key for pointer in [*_pointers(table, key), *_tail_pointers(table, key)]}
     references: dict[str, list[ForeignKey]] = {}
     for name, table in tables.items():
         if table.foreign_keys:
@@ -129,6 +143,9 @@ def infer_keys(snapshot: SchemaSnapshot, sample: SampleColumns, *, sample_rows: 
             wanted = _norm(column.name)
             targets = [t for t in by_key.get(wanted, []) if t[0] != name] or \
                 [t for t in by_form.get(wanted, []) if t[0] != name]
+            if not targets and wanted.endswith("id") and len(wanted) > 2:
+                tails = [t for t in by_tails(wanted) if t[0] != name]
+                targets = tails if len(tails) == 1 else []
             for target_name, key_name in targets:
                 target = tables[target_name]
                 reference = target.column(key_name)
@@ -152,6 +169,19 @@ def _pointers(table: TableInfo, key: Sequence[str]) -> list[str]:
     if _norm(key[0]) != "id":
         return [_norm(key[0])]
     return [f"{form}id" for form in _forms(table.name)]
+
+
+def _tail_pointers(table: TableInfo, key: Sequence[str]) -> list[str]:
+    """The normalized column names that can point at a table with a one-column key by the last words of its name
+    (`rental_home` → `homeid`, `homesid`; `PodcastShow` → `showid`, `showsid`); none for a one-word name.
+
+    >>> _tail_pointers(TableInfo(name="rental_home", columns=[]), ["rental_home_id"])
+    ['homeid', 'homesid']
+    """
+    parts = _WORDS.findall(table.name)
+    if len(key) != 1 or len(parts) < 2:
+        return []
+    return [f"{form}id" for i in range(1, len(parts)) for form in _forms("".join(parts[i:]))]
 
 
 def _containment(column: pd.Series, key: pd.Series) -> float | None:

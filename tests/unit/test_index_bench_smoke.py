@@ -123,6 +123,27 @@ def test_the_extended_bed_adds_siblings_and_databases_without_keys(tmp_path: Pat
     conn.close()
 
 
+def test_each_generated_question_knows_what_a_query_answering_it_reads() -> None:
+    schemas = load_bench().load_schemas()
+    for db in schemas.make_extended_bed(seed=7, tests_per_db=3)[:12]:
+        written = {w.text: w for w in schemas.written_pool(db.tables, 7, db.name)}
+        assert [w.text for w in written.values()] == schemas.question_pool(db.tables, 7, db.name)
+        columns = {f"{t.name}.{c.name}" for t in db.tables for c in t.columns}
+        for question in [*db.sample_questions, *db.test_questions]:
+            gold = written[question]
+            assert gold.tables <= {t.name for t in db.tables} and gold.columns <= columns
+            assert {c.split(".")[0] for c in gold.columns} <= gold.tables
+    # a question about an entity's parent reads both tables and the key that joins them
+    db = schemas.make_extended_bed(seed=7, tests_per_db=3)[0]
+    by_name = {t.name: t for t in db.tables}
+    about_parents = [w for w in schemas.written_pool(db.tables, 7, db.name) if len(w.tables) == 2]
+    assert about_parents
+    for gold in about_parents:
+        joins = [(t.name, c.name, c.ref) for t in db.tables if t.name in gold.tables for c in t.columns
+                 if c.kind == "fk" and c.ref in gold.tables]
+        assert any({f"{child}.{key}", f"{ref}.{by_name[ref].pk}"} <= gold.columns for child, key, ref in joins), gold
+
+
 @pytest.mark.slow
 def test_the_scale_benchmark_reports_each_size_and_plots_them(tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:

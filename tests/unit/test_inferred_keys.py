@@ -98,6 +98,22 @@ def test_a_reference_needs_its_name_a_key_and_its_values(case: str, orders: list
     assert references(view) == found, case
 
 
+@pytest.mark.parametrize(("others", "found"), [
+    ([], ["stay.home_id → rental_home.rental_home_id"]),  # the last word of one table's name
+    (["holiday_home"], []),  # two tables end in "home": the name does not say which
+    (["home"], ["stay.home_id → home.home_id"]),  # a table named exactly so comes first
+])
+def test_a_reference_may_name_a_table_by_the_last_words_of_its_name(others: list[str], found: list[str]) -> None:
+    names = ["rental_home", *others]
+    tables = [table("stay", ("stay_id", "INTEGER"), ("home_id", "INTEGER")),
+              *(table(n, (f"{n}_id", "INTEGER"), ("city", "TEXT")) for n in names)]
+    data = {"stay": pd.DataFrame({"stay_id": [1, 2, 3], "home_id": [1, 2, 2]}, dtype=object),
+            **{n: pd.DataFrame({f"{n}_id": [1, 2, 3], "city": ["x"] * 3}, dtype=object) for n in names}}
+    snapshot = SchemaSnapshot(datasource_id="rentals", dialect="sqlite", tables=tables)
+    keys = infer_keys(snapshot, lambda t, cols, n: data[t.name][list(cols)].head(n))
+    assert references(with_inferred_keys(snapshot.model_copy(update={"inferred_keys": keys}))) == found
+
+
 def test_the_planner_is_shown_an_inferred_reference_as_likely() -> None:
     schema = RetrievedSchema("shop", [RetrievedTable("orders", 1.0, [
         RetrievedColumn("id", "INTEGER", False, True),
@@ -140,7 +156,7 @@ def test_retrieval_completes_a_join_on_an_inferred_key(keyless_demo: Path, infer
         assert schema.foreign_keys == []
 
 
-NAMES = ["album", "artist", "genre", "track", "playlist"]
+NAMES = ["album", "artist", "genre", "track", "playlist", "home", "rental_home", "holiday_home"]
 
 
 @st.composite
