@@ -128,11 +128,13 @@ def infer_keys(snapshot: SchemaSnapshot, sample: SampleColumns, *, sample_rows: 
     touched = {pointer for name in stale for table, key in ((tables.get(name), keys.get(name)),
                                                              (old_tables.get(name), old_keys.get(name)))
                if table is not None and key for pointer in [*_pointers(table, key), *_tail_pointers(table, key)]}
+    ends = tuple(touched)
     references: dict[str, list[ForeignKey]] = {}
     for name, table in tables.items():
         if table.foreign_keys:
             continue  # a table that declares its references is taken at its word
-        if before is not None and name not in stale and not any(_norm(c.name) in touched for c in table.columns):
+        # a column ending in such a name may point there too (`lead_attorney_id` at `attorney`'s `attorney_id`)
+        if before is not None and name not in stale and not any(_norm(c.name).endswith(ends) for c in table.columns):
             if name in before.foreign_keys:
                 references[name] = before.foreign_keys[name]
             continue
@@ -146,6 +148,12 @@ def infer_keys(snapshot: SchemaSnapshot, sample: SampleColumns, *, sample_rows: 
             if not targets and wanted.endswith("id") and len(wanted) > 2:
                 tails = [t for t in by_tails(wanted) if t[0] != name]
                 targets = tails if len(tails) == 1 else []
+            if not targets:  # `lead_attorney_id`, `home_team_id`: a role, then the table
+                for tail in _column_tails(column.name):
+                    targets = [t for t in by_key.get(tail, []) if t[0] != name] or \
+                        [t for t in by_form.get(tail, []) if t[0] != name]
+                    if targets:
+                        break
             for target_name, key_name in targets:
                 target = tables[target_name]
                 reference = target.column(key_name)
@@ -182,6 +190,12 @@ def _tail_pointers(table: TableInfo, key: Sequence[str]) -> list[str]:
     if len(key) != 1 or len(parts) < 2:
         return []
     return [f"{form}id" for i in range(1, len(parts)) for form in _forms("".join(parts[i:]))]
+
+
+def _column_tails(column: str) -> list[str]:
+    """A column's name less its first words, longest first (`lead_attorney_id` → `attorneyid`)."""
+    parts = _WORDS.findall(column)
+    return [_norm("".join(parts[i:])) for i in range(1, len(parts) - 1)]
 
 
 def _containment(column: pd.Series, key: pd.Series) -> float | None:

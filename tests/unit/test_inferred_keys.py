@@ -114,6 +114,18 @@ def test_a_reference_may_name_a_table_by_the_last_words_of_its_name(others: list
     assert references(with_inferred_keys(snapshot.model_copy(update={"inferred_keys": keys}))) == found
 
 
+def test_a_reference_may_name_its_role_before_the_table() -> None:
+    tables = [table("match", ("match_id", "INTEGER"), ("home_team_id", "INTEGER"), ("away_team_id", "INTEGER")),
+              table("team", ("team_id", "INTEGER"), ("name", "TEXT"))]
+    data = {"match": pd.DataFrame({"match_id": [1, 2], "home_team_id": [1, 2], "away_team_id": [2, 9]}, dtype=object),
+            "team": pd.DataFrame({"team_id": [1, 2, 3], "name": ["x"] * 3}, dtype=object)}
+    snapshot = SchemaSnapshot(datasource_id="league", dialect="sqlite", tables=tables)
+    keys = infer_keys(snapshot, lambda t, cols, n: data[t.name][list(cols)].head(n))
+    # the away team 9 is no team's key: its values decide, as for any reference
+    assert references(with_inferred_keys(snapshot.model_copy(update={"inferred_keys": keys}))) == [
+        "match.home_team_id → team.team_id"]
+
+
 def test_the_planner_is_shown_an_inferred_reference_as_likely() -> None:
     schema = RetrievedSchema("shop", [RetrievedTable("orders", 1.0, [
         RetrievedColumn("id", "INTEGER", False, True),
@@ -167,8 +179,9 @@ def keyless_databases(draw: st.DrawFn) -> tuple[list[TableInfo], dict[str, pd.Da
     tables, data = [], {}
     for name in names:
         own = draw(st.sampled_from(["id", f"{name}_id"]))
-        others = draw(st.lists(st.sampled_from([f"{n}_id" for n in NAMES if n != name] + ["id"]), max_size=3,
-                               unique=True))
+        others = draw(st.lists(st.sampled_from([f"{n}_id" for n in NAMES if n != name] + ["id", "lead_album_id",
+                                                                                            "home_track_id"]),
+                               max_size=3, unique=True))
         columns = [own, *[c for c in others if c != own]]
         rows = draw(st.integers(1, 4))
         frame = {c: draw(st.lists(st.integers(0, 4), min_size=rows, max_size=rows)) for c in columns}
