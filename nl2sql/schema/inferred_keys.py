@@ -42,6 +42,8 @@ SAMPLE_ROWS = 100_000
 
 
 _SEPARATORS = re.compile(r"[\s_\-]")
+#: How many last letters of a table's name index it for the last-words rule.
+_END = 3
 #: The words of a name: `rental_home`, `RentalHome` and `rental-home` alike.
 _WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 
@@ -113,21 +115,28 @@ def infer_keys(snapshot: SchemaSnapshot, sample: SampleColumns, *, sample_rows: 
         for pointer in _pointers(tables[name], key):
             (by_form if _norm(key[0]) == "id" else by_key).setdefault(pointer, []).append((name, key[0]))
     by_tail: dict[str, list[tuple[str, str]]] = {}
+    by_end: dict[str, list[str]] = {}  # the tables by the last letters of their name, made when first needed
 
     def by_tails(pointer: str) -> list[tuple[str, str]]:
-        """The tables the last words of whose name the pointer spells, found once per pointer by the names' ends (a
-        few distinct pointers miss an exact name, `tenant_id`, `legacy_id`: no index of every table's tails)."""
+        """The tables the last words of whose name the pointer spells, found once per pointer (a few distinct
+        pointers miss an exact name, `tenant_id`, `legacy_id`: no index of every table's tails)."""
         if pointer not in by_tail:
-            ends = tuple(_forms(pointer[:-2]))
-            by_tail[pointer] = [(name, key[0]) for name, key in keys.items() if _norm(name).endswith(ends)
-                                and pointer in _tail_pointers(tables[name], key)]
+            if not by_end:
+                for name in keys:
+                    by_end.setdefault(_norm(name)[-_END:], []).append(name)
+            forms = tuple(_forms(pointer[:-2]))
+            near = keys if min(map(len, forms)) < _END else \
+                [name for end in dict.fromkeys(f[-_END:] for f in forms) for name in by_end.get(end, [])]
+            by_tail[pointer] = [(name, keys[name][0]) for name in near if _norm(name).endswith(forms)
+                                and pointer in _tail_pointers(tables[name], keys[name])]
         return by_tail[pointer]
     # the names by which a column could point at a changed table, before or after the change
     old_keys = {name: t.primary_key or before.primary_keys.get(name, [])
                 for name, t in old_tables.items()} if before is not None else {}
     touched = {pointer for name in stale for table, key in ((tables.get(name), keys.get(name)),
                                                              (old_tables.get(name), old_keys.get(name)))
-               if table is not None and key for pointer in [*_pointers(table, key), *_tail_pointers(table, key)]}
+               if table is not None and key
+               for pointer in [*_pointers(table, key), *_tail_pointers(table, key)]} if before is not None else set()
     ends = tuple(touched)
     references: dict[str, list[ForeignKey]] = {}
     for name, table in tables.items():
@@ -192,10 +201,12 @@ def _tail_pointers(table: TableInfo, key: Sequence[str]) -> list[str]:
     return [f"{form}id" for i in range(1, len(parts)) for form in _forms("".join(parts[i:]))]
 
 
-def _column_tails(column: str) -> list[str]:
-    """A column's name less its first words, longest first (`lead_attorney_id` → `attorneyid`)."""
+@lru_cache(maxsize=1 << 16)
+def _column_tails(column: str) -> tuple[str, ...]:
+    """A column's name less its first words, longest first (`lead_attorney_id` → `attorneyid`). Cached: a big
+    schema's columns repeat a few thousand names."""
     parts = _WORDS.findall(column)
-    return [_norm("".join(parts[i:])) for i in range(1, len(parts) - 1)]
+    return tuple(_norm("".join(parts[i:])) for i in range(1, len(parts) - 1))
 
 
 def _containment(column: pd.Series, key: pd.Series) -> float | None:
