@@ -80,11 +80,13 @@ COMPARED = re.compile(r"\bcompar\w*\b.*?\b(with|to|and|against)\b", re.IGNORECAS
 REFERS_BACK = re.compile(r"\b(?:them|their|theirs|they|it|its|those|these)\b", re.IGNORECASE)
 MODIFIER = re.compile(r"(?:by|per|with|for|in|on|over|from|of|during|since|before|after|than|above|below|under)\b",
                       re.IGNORECASE)
-#: A part that is an attribute compared with a value ("salary above average", "hours over 40") is a condition on the
-#: other part's subject ("List athletes with position defender and salary above average"), not a second subject.
+#: After a first part that sets conditions ("List athletes with position defender"), a second part that is an
+#: attribute compared with a value ("and salary above average", "and hours over 40") is one more condition on the
+#: same subject, not a second subject ("Show tracks and page views above 100" keeps its cut; a year is a period).
 CONDITION = re.compile(r"(?:the\s+)?(?:[\w-]+\s+){1,3}(?:is\s+|are\s+)?(?:above|below|over|under|more than|less than|"
                        r"greater than|higher than|lower than|at least|at most)\s+(?:the\s+)?(?:average|mean|median|"
-                       r"\$?\d)", re.IGNORECASE)
+                       r"\$?(?!(?:19|20)\d\d\b)\d)", re.IGNORECASE)
+SETS_CONDITIONS = re.compile(r"\b(?:with|where|whose|having)\b", re.IGNORECASE)
 #: At most this many cuts of one question are routed (two routings each): a long question is not routed a dozen times.
 MAX_PART_CUTS = 3
 #: A part's datasource is clearly ahead when the other's score there is under this share of its (the default of
@@ -165,8 +167,9 @@ def question_parts(question: str) -> list[tuple[str, str]]:
     """The ways a question cuts in two at a joining word ("and", "alongside", "compared with", "compare … with"),
     where each part names something of its own: a word that may name data (`naming_terms`), none shared with the
     other part, no word referring back to it ("count them", "their status"), no leading preposition ("by
-    region", "with last year") and no second part that is an attribute compared with a value ("salary above
-    average"): those parts are about the other part's subject, not a second one.
+    region", "with last year") and, after a first part that sets conditions, no second part that is an attribute
+    compared with a value ("with position defender and salary above average"): those parts are about the other
+    part's subject, not a second one.
 
     >>> question_parts("Compare monthly refunds with web sessions")
     [('Compare monthly refunds', 'web sessions')]
@@ -194,7 +197,7 @@ def own_subjects(left: str, right: str) -> bool:
     named_left, named_right = naming_terms(left), naming_terms(right)
     return (bool(named_left) and bool(named_right) and not named_left & named_right
             and not REFERS_BACK.search(left) and not REFERS_BACK.search(right) and not MODIFIER.match(right)
-            and not CONDITION.match(right))
+            and not (CONDITION.match(right) and SETS_CONDITIONS.search(left)))
 
 
 def pair_of_parts(left: Routing, right: Routing, close_call: float = CLOSE_CALL) -> list[str] | None:

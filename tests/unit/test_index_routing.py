@@ -223,10 +223,14 @@ def test_question_parts_cut_at_joining_words_and_keep_content_on_both_sides() ->
                      "Which stores have the most refunds, and how many?", "Compare the refunds with last year",
                      "Which tracks are by 'Simon and Garfunkel'?",
                      "List refunds with reason damaged and amount above average",
-                     "Show agents in team billing and tickets closed over 40"):
+                     "Show agents whose team is billing and tickets closed over 40"):
         assert question_parts(question) == [], question
-    # a condition on the first subject is no second subject; the first subject may carry one of its own
+    # a condition on the first subject is no second subject; the first subject may carry one of its own, and
+    # without conditions before it a compared part is a second subject; a year is a period, not a value compared
     assert question_parts("Refunds above average and web sessions") == [("Refunds above average", "web sessions")]
+    assert question_parts("Show tracks and page views above 100") == [("Show tracks", "page views above 100")]
+    assert question_parts("Refunds with reason damaged and web sessions over 2023") == [
+        ("Refunds with reason damaged", "web sessions over 2023")]
 
 
 def test_a_pair_needs_each_part_clearly_ahead_on_its_own_part() -> None:
