@@ -8,9 +8,10 @@ from what the tables hold:
   whose sampled values are all present and all distinct;
 - a column's likely reference: the same name as another table's key (`Track.AlbumId` and `Album.AlbumId`), or
   `<table>_id` / `<table>id` naming a table whose key is `id`; failing both, `<tail>_id` where the tail is the last
-  words of one table's name, and of no other's (`stay.home_id` → `rental_home`, `show_id` → `PodcastShow`); of a
-  type the key's can be compared with; and whose sampled values are contained in the key's (at least
-  `MIN_CONTAINMENT` of them).
+  words of one table's name, and of no other's (`stay.home_id` → `rental_home`, `show_id` → `PodcastShow`), or a
+  role before one of the exact names (`lead_attorney_id` → `attorney`, `home_team_id` → `team`); of a type the
+  key's can be compared with; and whose sampled values are contained in the key's (at least `MIN_CONTAINMENT` of
+  them).
 
 Each inferred reference carries a confidence (the share of its values found in the key) and is kept beside
 the declared ones (`SchemaSnapshot.inferred_keys`), never mixed into them: a database's own keys stay what the
@@ -114,6 +115,12 @@ def infer_keys(snapshot: SchemaSnapshot, sample: SampleColumns, *, sample_rows: 
     for name, key in keys.items():
         for pointer in _pointers(tables[name], key):
             (by_form if _norm(key[0]) == "id" else by_key).setdefault(pointer, []).append((name, key[0]))
+
+    def exact(pointer: str, owner: str) -> list[tuple[str, str]]:
+        """The other tables whose key the pointer names exactly: by the key's own name, else by the table's."""
+        return [t for t in by_key.get(pointer, []) if t[0] != owner] or \
+            [t for t in by_form.get(pointer, []) if t[0] != owner]
+
     by_tail: dict[str, list[tuple[str, str]]] = {}
     by_end: dict[str, list[str]] = {}  # the tables by the last letters of their name, made when first needed
 
@@ -152,17 +159,12 @@ def infer_keys(snapshot: SchemaSnapshot, sample: SampleColumns, *, sample_rows: 
             if column.name.lower() in own:
                 continue
             wanted = _norm(column.name)
-            targets = [t for t in by_key.get(wanted, []) if t[0] != name] or \
-                [t for t in by_form.get(wanted, []) if t[0] != name]
+            targets = exact(wanted, name)
             if not targets and wanted.endswith("id") and len(wanted) > 2:
                 tails = [t for t in by_tails(wanted) if t[0] != name]
                 targets = tails if len(tails) == 1 else []
             if not targets:  # `lead_attorney_id`, `home_team_id`: a role, then the table
-                for tail in _column_tails(column.name):
-                    targets = [t for t in by_key.get(tail, []) if t[0] != name] or \
-                        [t for t in by_form.get(tail, []) if t[0] != name]
-                    if targets:
-                        break
+                targets = next((found for tail in _column_tails(column.name) if (found := exact(tail, name))), [])
             for target_name, key_name in targets:
                 target = tables[target_name]
                 reference = target.column(key_name)
