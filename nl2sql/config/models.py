@@ -400,6 +400,9 @@ class ProfileSettings(Strict):
     sample_rows: int = Field(default=100_000, ge=100)
     max_sample_values: int = Field(default=20, ge=0)
     low_cardinality: int = Field(default=50, ge=0)
+    dominant_share: float = Field(default=0.5, ge=0.0, le=1.0, description="A text column with more distinct "
+                                  "values gets its most frequent ones as sample values when they make up this share "
+                                  "of its rows (1: never).")
     infer_keys: bool = Field(default=True, description="Infer the keys and references of tables that declare none "
                              "from names and a sample of values (nl2sql.schema.inferred_keys; docs/index.md).")
 

@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 
 TEXT_TYPE_MARKERS = ("CHAR", "TEXT", "STRING", "CLOB", "VARCHAR", "ENUM")
 SAMPLE_VALUE_MAX_CHARS = 100
+#: A text column of many distinct values whose most frequent ones make up this share of its rows gets them as
+#: sample values, as a column of few values does (`Adapter.profile_table`).
+DOMINANT_SHARE = 0.5
 #: Tables counted per statement (SQLite allows 500 terms in one compound SELECT).
 ROW_COUNT_BATCH = 200
 #: Rows fetched per round trip while a result is checked against its byte budget.
@@ -127,6 +130,7 @@ class ProfileSql:
                 alias(exp.Literal.number(int(_POSITION)), "k"),
                 alias(exp.Cast(this=ref(), to=exp.DataType(this=exp.DataType.Type.TEXT)), "v"),
                 alias(rank, "r"),
+                alias(exp.Count(this=exp.Star()), "c"),
             ])
             .from_(sample(), copy=False)
             .where(exp.Not(this=exp.Is(this=ref(), expression=exp.Null())), copy=False)
@@ -150,7 +154,8 @@ class ProfileSql:
         return f"SELECT {', '.join(parts)} FROM {self._fill(self._sample, source, '', 0)}"
 
     def frequent_values(self, source: str, columns: Sequence[str]) -> str:
-        """(k, v, r) rows: the most frequent values v of the k-th column, ranked r, ordered by k then r."""
+        """(k, v, r, c) rows: the most frequent values v of the k-th column, ranked r, found c times in the sample,
+        ordered by k then r."""
         union = " UNION ALL ".join(self._fill(self._frequent, source, c, k) for k, c in enumerate(columns))
         return f"SELECT * FROM ({union}) AS f ORDER BY k, r"
 
@@ -313,22 +318,27 @@ class Adapter(ABC):
     # --- profile -----------------------------------------------------------------------------
 
     def profile(self, snapshot: SchemaSnapshot, *, sample_rows: int = 100_000,
-                max_sample_values: int = 20, low_cardinality: int = 50,
+                max_sample_values: int = 20, low_cardinality: int = 50, dominant_share: float = DOMINANT_SHARE,
                 tables: Sequence[str] | None = None) -> list[ColumnProfile]:
         """Null share, distinct count, min/max of each column over a bounded sample; for text columns with
-        at most `low_cardinality` distinct values, their `max_sample_values` most frequent values."""
+        at most `low_cardinality` distinct values, or whose `max_sample_values` most frequent values make up at
+        least `dominant_share` of their rows, those values."""
         profiles: list[ColumnProfile] = []
         wanted = None if tables is None else set(tables)
         for table in snapshot.tables:
             if wanted is None or table.name in wanted:
                 profiles += self.profile_table(table, sample_rows=sample_rows, max_sample_values=max_sample_values,
-                                               low_cardinality=low_cardinality)
+                                               low_cardinality=low_cardinality, dominant_share=dominant_share)
         return profiles
 
     def profile_table(self, table: TableInfo, *, sample_rows: int = 100_000, max_sample_values: int = 20,
-                      low_cardinality: int = 50) -> list[ColumnProfile]:
+                      low_cardinality: int = 50, dominant_share: float = DOMINANT_SHARE) -> list[ColumnProfile]:
         """`profile` of one table, in two statements: the column statistics, then the frequent values of every
-        low-cardinality text column at once."""
+        text column that may have sample values at once.
+
+        A text column with more distinct values keeps those of its frequent values found more than once when
+        together they make up `dominant_share` of its rows: ticket subjects ("Player crashes on startup") beside
+        ones that name an invoice number. A column whose distinct values are too many for that is not asked."""
         if not table.columns:
             return []
         sql = _profile_sql(self.dialect, sample_rows, max_sample_values)
@@ -337,9 +347,21 @@ class Adapter(ABC):
                                         timeout_s=120)
         stats = dict(zip([d[0] for d in description], rows[0], strict=True))
         n = int(stats["n"])
-        low = [col.name for i, col in enumerate(table.columns)
-               if is_text_type(col.type) and 0 < int(stats[f"d_{i}"]) <= low_cardinality] if max_sample_values else []
-        frequent = self._frequent_values_of(table, low, sample_rows, max_sample_values) if low else {}
+        low, wide = [], {}
+        for i, col in enumerate(table.columns):
+            non_null, distinct = int(stats[f"nn_{i}"]), int(stats[f"d_{i}"])
+            if not max_sample_values or not distinct or not is_text_type(col.type):
+                continue
+            if distinct <= low_cardinality:
+                low.append(col.name)
+            # the top values can make up the share only if the rest fit in what is left of the rows
+            elif dominant_share <= 1 and distinct - max_sample_values <= (1 - dominant_share) * non_null:
+                wide[col.name] = non_null
+        frequent = self._frequent_values_of(table, [*low, *wide], sample_rows, max_sample_values) \
+            if low or wide else {}
+        for name, non_null in wide.items():
+            found = [(value, count) for value, count in frequent[name] if count > 1]
+            frequent[name] = found if sum(count for _, count in found) >= dominant_share * non_null else []
         out = []
         for i, col in enumerate(table.columns):
             non_null, distinct = int(stats[f"nn_{i}"]), int(stats[f"d_{i}"])
@@ -347,7 +369,7 @@ class Adapter(ABC):
                 table=table.name, schema_name=table.schema_name, column=col.name, type=col.type,
                 null_share=(n - non_null) / n if n else None, distinct_count=distinct,
                 min=_short(stats[f"min_{i}"]), max=_short(stats[f"max_{i}"]), sampled_rows=n,
-                sample_values=frequent.get(col.name, []),
+                sample_values=[value for value, _ in frequent.get(col.name, [])],
             ))
         return out
 
@@ -359,21 +381,18 @@ class Adapter(ABC):
         _, rows = self._fetch(select.sql(dialect=self.dialect), row_limit=sample_rows, timeout_s=120)
         return pd.DataFrame(rows, columns=list(columns), dtype=object)
 
-    def _frequent_values(self, table: TableInfo, column: str, sample_rows: int, limit: int) -> list[str]:
-        """The `limit` most frequent non-null values of one column in the sample (most frequent first)."""
-        return self._frequent_values_of(table, [column], sample_rows, limit)[column]
-
     def _frequent_values_of(self, table: TableInfo, columns: Sequence[str], sample_rows: int,
-                            limit: int) -> dict[str, list[str]]:
-        """The `limit` most frequent non-null values of each column in the sample, most frequent first (ties
-        in the column's own order), in one statement: a UNION ALL of one grouping per column."""
+                            limit: int) -> dict[str, list[tuple[str, int]]]:
+        """The `limit` most frequent non-null values of each column in the sample with how often each was found,
+        most frequent first (ties in the column's own order), in one statement: a UNION ALL of one grouping per
+        column."""
         sql = _profile_sql(self.dialect, sample_rows, limit)
         source = table_expression(table.name, table.schema_name).sql(dialect=self.dialect)
         _, rows = self._fetch(sql.frequent_values(source, columns), row_limit=limit * len(columns), timeout_s=120)
-        out: dict[str, list[str]] = {c: [] for c in columns}
-        for k, value, *_ in rows:
+        out: dict[str, list[tuple[str, int]]] = {c: [] for c in columns}
+        for k, value, _, count in rows:
             if (text := _short(value)) is not None:
-                out[columns[int(k)]].append(text)
+                out[columns[int(k)]].append((text, int(count)))
         return out
 
     # --- execute -----------------------------------------------------------------------------

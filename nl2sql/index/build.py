@@ -173,7 +173,8 @@ def profile_tables(adapter: Adapter, plan: BuildPlan, settings: ProfileSettings,
         try:
             profiles += adapter.profile_table(table, sample_rows=settings.sample_rows,
                                               max_sample_values=settings.max_sample_values,
-                                              low_cardinality=settings.low_cardinality)
+                                              low_cardinality=settings.low_cardinality,
+                                              dominant_share=settings.dominant_share)
         except Exception as exc:  # one table's profile must not sink the build
             cause = getattr(exc, "__cause__", None) or exc
             for column in table.columns:

@@ -30,7 +30,7 @@ ENTRY_KINDS: tuple[EntryKind, ...] = ("table", "column", "relationship", "exampl
 MAX_SAMPLES_IN_TEXT = 8
 #: The shape of entry texts: a build whose live build has another re-writes every table's entries (an
 #: incremental build would otherwise keep the old texts of the tables that did not change).
-ENTRY_FORMAT = 3
+ENTRY_FORMAT = 4
 MAX_COLUMNS_IN_TABLE_TEXT = 30
 
 

@@ -124,3 +124,51 @@ def test_missing_file_is_clear(tmp_path: Path) -> None:
     with pytest.raises(DatasourceError, match="Database file not found"):
         adapter.execute("SELECT 1")
     assert not (tmp_path / "nope.sqlite").exists()  # read-only open never creates a file
+
+
+def _many_valued_table(dialect: str, path: Path) -> Adapter:
+    """A `tickets` table of 156 rows: `subject` has 60 distinct values, four of which make up 100 rows;
+    `reference` is unique per row; `city` has 78 values, each twice; `status` has three."""
+    subjects = ["Player crashes"] * 40 + ["Track skips"] * 30 + ["Refund late"] * 20 + ["Card declined"] * 10
+    subjects += [f"Invoice #{i}" for i in range(56)]
+    rows = [(s, f"REF-{i}", f"City {i // 2}", ("open", "closed", "pending")[i % 3]) for i, s in enumerate(subjects)]
+    ddl = "CREATE TABLE tickets (subject VARCHAR, reference VARCHAR, city VARCHAR, status VARCHAR)"
+    if dialect == "sqlite":
+        import sqlite3
+        con = sqlite3.connect(path)
+        con.execute(ddl)
+        con.executemany("INSERT INTO tickets VALUES (?, ?, ?, ?)", rows)
+        con.commit()
+    else:
+        import duckdb
+        con = duckdb.connect(str(path))
+        con.execute(ddl)
+        con.executemany("INSERT INTO tickets VALUES (?, ?, ?, ?)", rows)
+    con.close()
+    return adapter_class(dialect)("desk", f"{dialect}:///{path}")
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "duckdb"])
+def test_a_many_valued_text_column_whose_frequent_values_make_up_most_rows_gets_them(dialect: str,
+                                                                                     tmp_path: Path) -> None:
+    adapter = _many_valued_table(dialect, tmp_path / f"desk.{dialect}")
+    table = adapter.reflect().table("tickets")
+    profiles = {p.column: p for p in adapter.profile_table(table)}
+    # the four recurring subjects (100 of 156 rows), most frequent first; the invoice numbers found once are not
+    assert profiles["subject"].sample_values == ["Player crashes", "Track skips", "Refund late", "Card declined"]
+    assert profiles["subject"].distinct_count == 60
+    assert profiles["reference"].sample_values == []  # every value once: too many to make up half the rows
+    assert profiles["city"].sample_values == []  # the 20 most frequent make up 40 of 156 rows
+    assert sorted(profiles["status"].sample_values) == ["closed", "open", "pending"]  # few values: all of them
+    never = {p.column: p for p in adapter.profile_table(table, dominant_share=1.0)}
+    assert never["subject"].sample_values == [] and never["status"].sample_values == profiles["status"].sample_values
+    adapter.close()
+
+
+def test_the_support_desks_ticket_subjects_are_profiled(demo_dir: Path) -> None:
+    adapter = adapter_class("sqlite")("support", "sqlite:///data/support.sqlite", base_dir=demo_dir)
+    tickets = {p.column: p for p in adapter.profile_table(adapter.reflect().table("tickets"))}
+    assert tickets["subject"].distinct_count > 50  # beyond profile.low_cardinality
+    assert "Player crashes on startup" in tickets["subject"].sample_values
+    assert tickets["subject"].sample_values[:2] == ["Player crashes on startup", "Track skips halfway through"]
+    adapter.close()
