@@ -285,9 +285,9 @@ def content_terms(text: str) -> list[str]:
     """The words that can tell one database from another: singular, no stop words, no numbers.
 
     >>> content_terms("How many tickets were opened in 2023 by each agent?")
-    ['many', 'ticket', 'were', 'opened', 'each', 'agent']
+    ['many', 'ticket', 'opened', 'each', 'agent']
     """
-    return [t for t in terms_of(text) if t not in _STOP and not t.isdigit()]
+    return [singular(t) for t in _TOKEN.findall(text.lower()) if t not in _STOP and not t.isdigit()]
 
 
 #: Words that place or compare rather than name ("last year", "above average", "the same month").
@@ -523,7 +523,15 @@ _CALENDAR = frozenset(["january", "february", "march", "april", "may", "june", "
                        "october", "november", "december", "monday", "tuesday", "wednesday", "thursday", "friday",
                        "saturday", "sunday", "i"])
 _STOP = frozenset(["a", "an", "and", "are", "at", "be", "by", "for", "from", "how", "in", "is", "it", "of", "on",
-                   "or", "the", "to", "was", "what", "which", "who", "with"])
+                   "or", "the", "to", "was", "what", "which", "who", "with",
+                   # the words sentences are built with (profiled free text holds them: "Downloaded files will not
+                   # open", "Question about sales tax"), which name no data; "us", "may", "no" and "show" may
+                   "about", "am", "been", "being", "both", "but", "can", "could", "did", "do", "does", "doing",
+                   "either", "had", "has", "have", "having", "he", "her", "hers", "him", "his", "i", "if", "into",
+                   "its", "just", "me", "might", "must", "my", "nor", "not", "our", "ours", "she", "should", "so",
+                   "such", "than", "that", "their", "theirs", "them", "then", "these", "they", "this", "those",
+                   "too", "very", "we", "were", "whether", "while", "whom", "will", "would", "you", "your", "yours",
+                   "d", "ll", "m", "re", "s", "t", "ve"])
 
 
 @functools.lru_cache(maxsize=1 << 17)  # a big schema's names repeat the same words millions of times

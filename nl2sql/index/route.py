@@ -413,11 +413,13 @@ def fuse(rankings: dict[str, list[str]], datasource_ids: Sequence[str], rrf_k: i
 
 @functools.lru_cache(maxsize=65_536)
 def value_terms(value: str) -> frozenset[str]:
-    """A profiled value's words as a question's are read, numbers and stop words left out: "the" of "On-The-Go" is no
-    sign that a question names it (kept: the same values come up again).
+    """A profiled value's words as a question's are read, numbers and stop words left out: "the" of "On-The-Go", or
+    "will" of a ticket's subject, is no sign that a question names it (kept: the same values come up again).
 
     >>> sorted(value_terms("On-The-Go 1")), sorted(value_terms("summer_sale_2011"))
     (['go'], ['sale', 'summer'])
+    >>> sorted(value_terms("Downloaded files will not open"))  # a ticket's words: "will" names nothing
+    ['downloaded', 'file', 'open']
     """
     return frozenset(content_terms(value))
 
