@@ -757,7 +757,8 @@ def test_a_join_the_model_invented_is_dropped_and_a_value_nothing_resembles_stay
         project: Config, model: ModelScript) -> None:
     # a small model trained on other schemas links customers to an Address table this database does not have
     # (worded unlike the demo's verified query about customers by country, which would answer without a model)
-    brazil, narnia = "Whose home is in Brazil, among our clients?", "Whose home is in Narnia, among our clients?"
+    # ("customers" names a table: a question naming nothing of any datasource is refused before the planner)
+    brazil, narnia = "Whose home is in Brazil, among our customers?", "Whose home is in Narnia, among our customers?"
     invented = ("SELECT T1.FirstName, T1.LastName FROM Customer AS T1 INNER JOIN Address AS T2 "
                 "ON T1.AddressId = T2.AddressId WHERE T2.Country = '{}'")
     answer_sql(model, "planner", {brazil: invented.format("Brazil"), narnia: invented.format("Narnia")})
@@ -773,10 +774,10 @@ def test_a_join_the_model_invented_is_dropped_and_a_value_nothing_resembles_stay
     assert result.status == "success", result.errors
     assert result.sub_queries[0].total_rows == 0 and "'Narnia'" in result.sub_queries[0].sql
     assert model.fake.calls("RefinedPlan") == 0 and "VALUE_NOT_FOUND" in [w.code for w in result.warnings]
-    # the viewer may not read customers: still no answer (nothing the viewer may read is about clients' homes)
+    # the viewer may not read customers: no answer, and the refusal names no table
     result = ask(project, brazil, "viewer", settings=SQL_FORMAT)
-    assert result.status == "error" and [e.code for e in result.errors] == ["QUESTION_NOT_ANSWERABLE"]
-    assert not any(sq.rows for sq in result.sub_queries)
+    assert result.status == "error" and [e.code for e in result.errors] == ["SECURITY_VIOLATION"]
+    assert "Customer" not in result.errors[0].message and not any(sq.rows for sq in result.sub_queries)
 
 
 def asked_tables(body: dict) -> str:
