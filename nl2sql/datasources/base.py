@@ -355,7 +355,7 @@ class Adapter(ABC):
             if distinct <= low_cardinality:
                 low.append(col.name)
             # the top values can make up the share only if the rest fit in what is left of the rows
-            elif dominant_share <= 1 and distinct - max_sample_values <= (1 - dominant_share) * non_null:
+            elif distinct - max_sample_values <= (1 - dominant_share) * non_null:
                 wide[col.name] = non_null
         frequent = self._frequent_values_of(table, [*low, *wide], sample_rows, max_sample_values) \
             if low or wide else {}

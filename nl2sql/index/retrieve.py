@@ -525,7 +525,7 @@ _CALENDAR = frozenset(["january", "february", "march", "april", "may", "june", "
 _STOP = frozenset(["a", "an", "and", "are", "at", "be", "by", "for", "from", "how", "in", "is", "it", "of", "on",
                    "or", "the", "to", "was", "what", "which", "who", "with",
                    # the words sentences are built with (profiled free text holds them: "Downloaded files will not
-                   # open", "Question about sales tax"), which name no data; "us", "may", "no" and "show" may
+                   # open", "Question about sales tax"), which name no data ("us", "may", "no", "show" can: kept)
                    "about", "am", "been", "being", "both", "but", "can", "could", "did", "do", "does", "doing",
                    "either", "had", "has", "have", "having", "he", "her", "hers", "him", "his", "i", "if", "into",
                    "its", "just", "me", "might", "must", "my", "nor", "not", "our", "ours", "she", "should", "so",
