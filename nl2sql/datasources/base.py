@@ -347,9 +347,9 @@ class Adapter(ABC):
                                         timeout_s=120)
         stats = dict(zip([d[0] for d in description], rows[0], strict=True))
         n = int(stats["n"])
+        counts = [(int(stats[f"nn_{i}"]), int(stats[f"d_{i}"])) for i in range(len(table.columns))]
         low, wide = [], {}
-        for i, col in enumerate(table.columns):
-            non_null, distinct = int(stats[f"nn_{i}"]), int(stats[f"d_{i}"])
+        for col, (non_null, distinct) in zip(table.columns, counts, strict=True):
             if not max_sample_values or not distinct or not is_text_type(col.type):
                 continue
             if distinct <= low_cardinality:
@@ -363,8 +363,7 @@ class Adapter(ABC):
             found = [(value, count) for value, count in frequent[name] if count > 1]
             frequent[name] = found if sum(count for _, count in found) >= dominant_share * non_null else []
         out = []
-        for i, col in enumerate(table.columns):
-            non_null, distinct = int(stats[f"nn_{i}"]), int(stats[f"d_{i}"])
+        for i, (col, (non_null, distinct)) in enumerate(zip(table.columns, counts, strict=True)):
             out.append(ColumnProfile(
                 table=table.name, schema_name=table.schema_name, column=col.name, type=col.type,
                 null_share=(n - non_null) / n if n else None, distinct_count=distinct,

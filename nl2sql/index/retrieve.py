@@ -629,12 +629,11 @@ def unknown_runs(question: str, vocabulary: Container[str]) -> list[str]:
     return [" ".join(run) for run in runs if len(run) >= 2]
 
 
-#: Words of questions, not of data: they never make a run of unknown words.
-_QUESTION_WORDS = frozenset(["all", "any", "are", "average", "been", "biggest", "can", "count", "did", "do", "does",
-                             "each", "ever", "every", "few", "fewest", "find", "give", "has", "have", "highest",
-                             "least", "list", "lowest", "many", "me", "more", "most", "much", "not", "number", "only",
-                             "our", "per", "show", "smallest", "than", "their", "there", "they", "top", "total", "us",
-                             "we", "were", "when", "where", "whose", "why", "you", "your"])
+#: Words of questions, not of data, beyond the stop words: they never make a run of unknown words.
+_QUESTION_WORDS = frozenset(["all", "any", "average", "biggest", "count", "each", "ever", "every", "few", "fewest",
+                             "find", "give", "highest", "least", "list", "lowest", "many", "more", "most", "much",
+                             "number", "only", "per", "show", "smallest", "there", "top", "total", "us", "when",
+                             "where", "whose", "why"])
 
 
 # --- what retrieval knows of a datasource besides vectors -----------------------------------------
