@@ -198,11 +198,13 @@ def retrieve_command(
         return
     routing = result.routing
     if routing.strategy == "evidence":
-        table = Table("datasource", "score", "similarity (3 best)", "lexical", "BM25", "", title="Routing (evidence)")
+        table = Table("datasource", "score", "similarity (3 best)", "lexical", "names", "BM25", "",
+                      title="Routing (evidence)")
         for c in routing.candidates:
             verdict = "picked" if c.datasource_id in routing.picks else routing.dropped.get(c.datasource_id, "")
             table.add_row(c.datasource_id, f"{c.score:.4f}", f"{c.evidence.get('dense', 0.0):.3f}",
-                          f"{c.evidence.get('lexical', 0.0):g}", f"{c.evidence.get('bm25', 0.0):.2f}", verdict)
+                          f"{c.evidence.get('lexical', 0.0):g}", f"{c.evidence.get('names', 0.0):g}",
+                          f"{c.evidence.get('bm25', 0.0):.2f}", verdict)
     else:
         table = Table("datasource", "fused score", "best similarity",
                       "votes (table/column/example/verified/description)", "", title=f"Routing ({routing.strategy})")

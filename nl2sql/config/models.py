@@ -403,6 +403,9 @@ class ProfileSettings(Strict):
     dominant_share: float = Field(default=0.5, ge=0.0, le=1.0, description="A text column with more distinct "
                                   "values gets its most frequent ones as sample values when they make up this share "
                                   "of its rows (1: never).")
+    max_name_values: int = Field(default=1000, ge=0, description="A text column with no sample values and at most "
+                                 "this many distinct values keeps them as name values: matched against the names a "
+                                 "question spells, never shown to a model (0: none).")
     infer_keys: bool = Field(default=True, description="Infer the keys and references of tables that declare none "
                              "from names and a sample of values (nl2sql.schema.inferred_keys; docs/index.md).")
 

@@ -43,6 +43,9 @@ SAMPLE_VALUE_MAX_CHARS = 100
 #: A text column of many distinct values whose most frequent ones make up this share of its rows gets them as
 #: sample values, as a column of few values does (`Adapter.profile_table`).
 DOMINANT_SHARE = 0.5
+#: A text column with more distinct values than are sampled, and at most this many, keeps them all as name values:
+#: what a question may name ("Luís Gonçalves", "Led Zeppelin"), matched but never shown or embedded.
+MAX_NAME_VALUES = 1000
 #: Tables counted per statement (SQLite allows 500 terms in one compound SELECT).
 ROW_COUNT_BATCH = 200
 #: Rows fetched per round trip while a result is checked against its byte budget.
@@ -319,26 +322,31 @@ class Adapter(ABC):
 
     def profile(self, snapshot: SchemaSnapshot, *, sample_rows: int = 100_000,
                 max_sample_values: int = 20, low_cardinality: int = 50, dominant_share: float = DOMINANT_SHARE,
-                tables: Sequence[str] | None = None) -> list[ColumnProfile]:
+                max_name_values: int = MAX_NAME_VALUES, tables: Sequence[str] | None = None) -> list[ColumnProfile]:
         """Null share, distinct count, min/max of each column over a bounded sample; for text columns with
         at most `low_cardinality` distinct values, or whose `max_sample_values` most frequent values make up at
-        least `dominant_share` of their rows, those values."""
+        least `dominant_share` of their rows, those values; for the other text columns of at most
+        `max_name_values` distinct values, their values as name values."""
         profiles: list[ColumnProfile] = []
         wanted = None if tables is None else set(tables)
         for table in snapshot.tables:
             if wanted is None or table.name in wanted:
                 profiles += self.profile_table(table, sample_rows=sample_rows, max_sample_values=max_sample_values,
-                                               low_cardinality=low_cardinality, dominant_share=dominant_share)
+                                               low_cardinality=low_cardinality, dominant_share=dominant_share,
+                                               max_name_values=max_name_values)
         return profiles
 
     def profile_table(self, table: TableInfo, *, sample_rows: int = 100_000, max_sample_values: int = 20,
-                      low_cardinality: int = 50, dominant_share: float = DOMINANT_SHARE) -> list[ColumnProfile]:
-        """`profile` of one table, in two statements: the column statistics, then the frequent values of every
-        text column that may have sample values at once.
+                      low_cardinality: int = 50, dominant_share: float = DOMINANT_SHARE,
+                      max_name_values: int = MAX_NAME_VALUES) -> list[ColumnProfile]:
+        """`profile` of one table, in at most three statements: the column statistics, the frequent values of every
+        text column that may have sample values, and the values of those that may have name values.
 
         A text column with more distinct values keeps those of its frequent values found more than once when
         together they make up `dominant_share` of its rows: ticket subjects ("Player crashes on startup") beside
-        ones that name an invoice number. A column whose distinct values are too many for that is not asked."""
+        ones that name an invoice number. One with no sample values and at most `max_name_values` distinct values
+        keeps them all as name values: customers' first names, artists. A column whose distinct values are more than
+        both bounds allow is not asked."""
         if not table.columns:
             return []
         sql = _profile_sql(self.dialect, sample_rows, max_sample_values)
@@ -348,20 +356,28 @@ class Adapter(ABC):
         stats = dict(zip([d[0] for d in description], rows[0], strict=True))
         n = int(stats["n"])
         counts = [(int(stats[f"nn_{i}"]), int(stats[f"d_{i}"])) for i in range(len(table.columns))]
-        low, wide = [], {}
+        low, wide, named = [], {}, []
         for col, (non_null, distinct) in zip(table.columns, counts, strict=True):
-            if not max_sample_values or not distinct or not is_text_type(col.type):
+            if not distinct or not is_text_type(col.type):
                 continue
             if distinct <= low_cardinality:
-                low.append(col.name)
+                if max_sample_values:
+                    low.append(col.name)
+                continue
             # the top values can make up the share only if the rest fit in what is left of the rows
-            elif distinct - max_sample_values <= (1 - dominant_share) * non_null:
+            if max_sample_values and distinct - max_sample_values <= (1 - dominant_share) * non_null:
                 wide[col.name] = non_null
-        frequent = self._frequent_values_of(table, [*low, *wide], sample_rows, max_sample_values) \
-            if low or wide else {}
+            if distinct <= max_name_values:
+                named.append(col.name)
+        # a column that may have either kind is asked once, for all its values (the most frequent come first)
+        frequent = self._frequent_values_of(table, [*low, *(c for c in wide if c not in named)], sample_rows,
+                                            max_sample_values) if low or set(wide) - set(named) else {}
+        every = self._frequent_values_of(table, named, sample_rows, max_name_values) if named else {}
         for name, non_null in wide.items():
-            found = [(value, count) for value, count in frequent[name] if count > 1]
+            found = [(value, count) for value, count in (every[name] if name in every else frequent[name])[:max_sample_values]
+                     if count > 1]
             frequent[name] = found if sum(count for _, count in found) >= dominant_share * non_null else []
+        names = {name: [value for value, _ in found] for name, found in every.items() if not frequent.get(name)}
         out = []
         for i, (col, (non_null, distinct)) in enumerate(zip(table.columns, counts, strict=True)):
             out.append(ColumnProfile(
@@ -369,6 +385,7 @@ class Adapter(ABC):
                 null_share=(n - non_null) / n if n else None, distinct_count=distinct,
                 min=_short(stats[f"min_{i}"]), max=_short(stats[f"max_{i}"]), sampled_rows=n,
                 sample_values=[value for value, _ in frequent.get(col.name, [])],
+                name_values=names.get(col.name, []),
             ))
         return out
 

@@ -96,6 +96,8 @@ class ColumnProfile(BaseModel):
     min: str | None = None
     max: str | None = None
     sample_values: list[str] = Field(default_factory=list)
+    #: The values of a column of names (customers', artists'): matched against a question's names, never shown.
+    name_values: list[str] = Field(default_factory=list)
     sampled_rows: int = 0
 
 

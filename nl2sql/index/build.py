@@ -174,7 +174,8 @@ def profile_tables(adapter: Adapter, plan: BuildPlan, settings: ProfileSettings,
             profiles += adapter.profile_table(table, sample_rows=settings.sample_rows,
                                               max_sample_values=settings.max_sample_values,
                                               low_cardinality=settings.low_cardinality,
-                                              dominant_share=settings.dominant_share)
+                                              dominant_share=settings.dominant_share,
+                                              max_name_values=settings.max_name_values)
         except Exception as exc:  # one table's profile must not sink the build
             cause = getattr(exc, "__cause__", None) or exc
             for column in table.columns:

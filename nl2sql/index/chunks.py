@@ -30,7 +30,7 @@ ENTRY_KINDS: tuple[EntryKind, ...] = ("table", "column", "relationship", "exampl
 MAX_SAMPLES_IN_TEXT = 8
 #: The shape of entry texts: a build whose live build has another re-writes every table's entries (an
 #: incremental build would otherwise keep the old texts of the tables that did not change).
-ENTRY_FORMAT = 4
+ENTRY_FORMAT = 5
 MAX_COLUMNS_IN_TABLE_TEXT = 30
 
 
@@ -203,6 +203,8 @@ def column_entry(ds: str, table: TableInfo, column_name: str, type_name: str,
     if profile is not None:
         meta.update(null_share=profile.null_share, distinct=profile.distinct_count, min=profile.min, max=profile.max,
                     samples=profile.sample_values, sampled_rows=profile.sampled_rows)
+        if profile.name_values:  # matched, never embedded: a thousand names say nothing a vector could keep
+            meta["names"] = profile.name_values
         if profile.sample_values:
             text += ", for example " + ", ".join(profile.sample_values[:MAX_SAMPLES_IN_TEXT])
         elif profile.min is not None and category(dtype_of(type_name)) == "temporal":

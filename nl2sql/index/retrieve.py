@@ -518,6 +518,8 @@ CUE_TABLES = {"time": "time", "sales": "transaction", "quantity": "quantity", "p
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 _WORD = re.compile(r"[^\W_][\w'’-]*")
+_PATTERN_BEFORE = re.compile(r"\b(?:contains?|containing|like|(?:starts?|starting|begins?|beginning|ends?|ending)"
+                             r"\s+with)\s*$", re.IGNORECASE)
 _QUOTED = re.compile(r"(?:(?<=\s)|(?<=\()|^)['\"‘“]([^'\"‘’“”]+)['\"’”](?=\W|$)")
 _CALENDAR = frozenset(["january", "february", "march", "april", "may", "june", "july", "august", "september",
                        "october", "november", "december", "monday", "tuesday", "wednesday", "thursday", "friday",
@@ -575,6 +577,11 @@ class Cues:
         return {CUE_TABLES[cue] for cue in self.asks}
 
 
+def is_name_word(token: str) -> bool:
+    """Whether a name value's word may name it: not a stop word, a number or a letter ("AC/DC" is two words)."""
+    return token not in _STOP and len(token) > 1 and not token.isdigit()
+
+
 def read_question(question: str) -> Cues:
     """The cues of one question.
 
@@ -602,6 +609,16 @@ def names_in(question: str) -> list[str]:
     return out
 
 
+def quoted_patterns(question: str) -> set[str]:
+    """The words of quoted strings the question matches values against, not names ("starts with 'Greatest'").
+
+    >>> sorted(quoted_patterns("Albums whose title contains 'Greatest Hits' by 'Queen'"))
+    ['greatest', 'hit']
+    """
+    return {t for m in _QUOTED.finditer(question) if _PATTERN_BEFORE.search(question[:m.start()])
+            for t in terms_of(m.group(1))}
+
+
 def quoted_spans(question: str) -> list[tuple[int, int]]:
     """Where the question's quoted strings are (start and end of each, quotes included).
 
@@ -611,18 +628,22 @@ def quoted_spans(question: str) -> list[tuple[int, int]]:
     return [m.span() for m in _QUOTED.finditer(question)]
 
 
-def unknown_runs(question: str, vocabulary: Container[str]) -> list[str]:
-    """Runs of two or more words the datasource's texts never use: a name written in lower case ("led zeppelin").
+def unknown_runs(question: str, vocabulary: Container[str], known: Container[str] = frozenset()) -> list[str]:
+    """Runs of two or more words the datasource's texts never use and that spell none of its values (`known`: the
+    question's words found in a value it matched): a name written in lower case ("led zeppelin").
 
     >>> unknown_runs("Which albums did led zeppelin release?", {"album", "release"})
     ['led zeppelin']
     >>> unknown_runs("Which album has the most tracks?", {"album", "track"})
     []
+    >>> unknown_runs("How many tracks are in the heavy metal genre?", {"track", "genre"}, {"heavy", "metal"})
+    []
     """
     runs: list[list[str]] = [[]]
     for match in _WORD.finditer(question.lower()):
         word = match.group().rstrip("'’")
-        if word in _STOP or word in _QUESTION_WORDS or word.isdigit() or singular(word) in vocabulary:
+        if (word in _STOP or word in _QUESTION_WORDS or word.isdigit() or singular(word) in vocabulary
+                or singular(word) in known):
             runs.append([])
         else:
             runs[-1].append(word)
@@ -684,6 +705,10 @@ class SchemaFacts:
     values: dict[str, list[tuple[tuple[str, ...], str, str]]]
     value_words: dict[str, set[tuple[str, str]]]
     vocabulary: frozenset[str]
+    #: Name values (`ColumnProfile.name_values`) by their first word: (words, table, column).
+    names: dict[str, list[tuple[tuple[str, ...], str, str]]] = field(default_factory=dict)
+    #: Columns whose every value is known (all sampled, or all kept as name values).
+    complete: set[tuple[str, str]] = field(default_factory=set)
 
     @functools.cached_property
     def _column_sets(self) -> WordSets:
@@ -742,7 +767,19 @@ class SchemaFacts:
         samples: dict[tuple[str, str], list[str]] = {}  # only columns with sampled values
         values: dict[str, list[tuple[tuple[str, ...], str, str]]] = defaultdict(list)
         value_words: dict[str, set[tuple[str, str]]] = defaultdict(set)
+        names: dict[str, list[tuple[tuple[str, ...], str, str]]] = defaultdict(list)
+        complete: set[tuple[str, str]] = set()
+        rows = {qualified(t): t.row_count for t in snapshot.tables} if snapshot else {}
         for table, column, metadata in entries.column_metadata():
+            # every value is known when the profile read every row and kept each distinct value it found
+            kept = len(metadata.get("names") or metadata.get("samples") or [])
+            if kept and kept >= (metadata.get("distinct") or 0) and (metadata.get("sampled_rows") or 0) >= (
+                    rows.get(table) or 0):
+                complete.add(one((table, column)))
+            for value in metadata.get("names") or []:
+                tokens = tuple(spelled(str(value)))
+                if any(is_name_word(t) for t in tokens):
+                    names[tokens[0]].append((one(tokens), table, column))
             found_values = [str(v) for v in metadata.get("samples") or []]
             if not found_values:
                 continue
@@ -758,7 +795,32 @@ class SchemaFacts:
                     value_words[token].add(key)
         vocabulary = frozenset().union(*table_words.values(), *column_words.values())
         return cls(table_words, column_words, kinds, table_kinds, samples, dict(values), dict(value_words),
-                   vocabulary)
+                   vocabulary, dict(names), complete)
+
+    def value_words_in(self, cues: Cues, columns: Iterable[tuple[str, str]]) -> set[str]:
+        """The question's words found in a sample or name value of these columns (those `value_hits` matched)."""
+        _, spelled = self.name_hits(cues, {table for table, _ in columns})
+        return (spelled | {word for key in columns for value in self.samples.get(key, ())
+                           for word in terms_of(value)}) & cues.terms
+
+    def name_hits(self, cues: Cues, tables: Container[str]) -> tuple[set[tuple[str, str]], set[str]]:
+        """Which columns of `tables` hold a name value the question spells whole, and the words of those it spells.
+
+        A value of two words that name something matches wherever the question has its words in order ("which
+        albums did led zeppelin release"); a value of one, only where the question writes it as a name, capitalised
+        or quoted ("What did Luís Gonçalves buy?"): a one-word album title ("Live") is not named by "live".
+        """
+        hits: set[tuple[str, str]] = set()
+        spelled: set[str] = set()
+        tokens = cues.tokens
+        written = {t for name in cues.names for t in terms_of(name)}
+        for i, token in enumerate(tokens):
+            for value, table, column in self.names.get(token, ()):
+                if table in tables and tuple(tokens[i:i + len(value)]) == value and (
+                        sum(map(is_name_word, value)) > 1 or any(t in written for t in value)):
+                    hits.add((table, column))
+                    spelled.update(value)
+        return hits, spelled
 
     def value_hits(self, cues: Cues, tables: set[str]) -> tuple[set[tuple[str, str]], list[str]]:
         """Which columns of `tables` hold a value the question names, and which names in it match nothing.
@@ -773,7 +835,7 @@ class SchemaFacts:
             return {hit for hit in self.value_words.get(token, ()) if hit[0] in tables}
 
         tokens = cues.tokens
-        hits = set()
+        hits, spelled = self.name_hits(cues, tables)
         for i, token in enumerate(tokens):
             for value, table, column in self.values.get(token, ()):
                 if table in tables and tuple(tokens[i:i + len(value)]) == value:
@@ -783,7 +845,7 @@ class SchemaFacts:
         unmatched = []
         for name in cues.names:
             terms = [t for t in terms_of(name) if t not in _STOP]
-            if not terms or set(terms) <= self.vocabulary:
+            if not terms or set(terms) <= self.vocabulary | spelled:
                 continue
             found = [words_of(t) for t in terms]
             if all(found):
@@ -1044,9 +1106,14 @@ class Retriever:
             if of_kind and of_kind[0] not in chosen:
                 chosen.append(of_kind[0])
         reasons = {t: "match" for t in chosen}
-        if unmatched or unknown_runs(question, live.terms().vocabulary(lambda group: all(map(allows, group)))):
-            # a name no profiled value knows: offer the tables where names are looked up
-            for lookup in _named_parents(chosen, tables, facts, wide_table_columns):
+        runs = unknown_runs(question, live.terms().vocabulary(lambda group: all(map(allows, group))),
+                            facts.value_words_in(cues, valued))
+        if unmatched or runs:
+            # a name no profiled value knows: offer the tables where names are looked up, but those whose every name
+            # is known and none matched (a piece of a value, "starts with 'Greatest'", may still be in any of them)
+            patterns = quoted_patterns(question)
+            whole = not any(set(terms_of(name)) <= patterns for name in unmatched)
+            for lookup in _named_parents(chosen, tables, facts, wide_table_columns, whole=whole):
                 chosen.append(lookup)
                 reasons[lookup] = "name lookup"
         for bridge in _bridges(chosen, tables, live.joins()):
@@ -1172,21 +1239,29 @@ def _retrieved(table: TableInfo, score: float, picked: set[str], column_sims: di
                           row_count=table.row_count, reason=reason)
 
 
-def _named_parents(chosen: list[str], tables: dict[str, TableInfo], facts: SchemaFacts, narrow: int) -> list[str]:
+def _named_parents(chosen: list[str], tables: dict[str, TableInfo], facts: SchemaFacts, narrow: int, *,
+                   whole: bool = False) -> list[str]:
     """Narrow tables with a name column that the chosen ones refer to, directly or through each other.
 
-    They are where a named thing (an artist, a genre) is looked up.
+    They are where a named thing (an artist, a genre) is looked up. With `whole` (the names looked up are whole
+    values), a table whose name columns' every value is known (`SchemaFacts.complete`) is passed through, not
+    offered: had it held the name, the name would have matched.
     """
     out: list[str] = []
+    passed: set[str] = set()
     frontier = list(chosen)
     while frontier:
         name = frontier.pop(0)
         for fk in tables[name].foreign_keys:
             target = _target(fk)
-            if (target in tables and target not in chosen and target not in out
+            if (target in tables and target not in chosen and target not in out and target not in passed
                     and len(tables[target].columns) <= narrow
                     and any("name" in kind for kind in facts.column_kinds.get(target, {}).values())):
-                out.append(target)
+                named = [c for c, kind in facts.column_kinds.get(target, {}).items() if "name" in kind]
+                if whole and all((target, c) in facts.complete for c in named):
+                    passed.add(target)
+                else:
+                    out.append(target)
                 frontier.append(target)
     return out
 

@@ -7,6 +7,9 @@ The default strategy, "evidence", scores each datasource by three kinds of evide
   so a big database gains nothing from its size;
 - lexical: the question's words that name one of its tables or columns or a profiled value
   (`lexical_score`), `LEXICAL_WEIGHT` per point;
+- names: the question's words that spell a name value of one of its tables (`name_score`: a customer, an artist
+  named in full), `LEXICAL_WEIGHT` per point; names route a question but are not, alone, evidence that it asks
+  about data (`without_evidence`: "the weather in Berlin" names a customer's city);
 - BM25: the question's words in its entry texts (example questions and verified queries included),
   weighted by how few of the datasources use them, so the words every database's example questions
   share ("how many", "per month", "top 10") count for little; `BM25_WEIGHT` per unit.
@@ -55,6 +58,7 @@ from nl2sql.index.retrieve import (
     Retriever,
     ScopeKey,
     content_terms,
+    is_name_word,
     naming_terms,
     quoted_spans,
     read_question,
@@ -235,6 +239,7 @@ def rank_datasources(retriever: Retriever, question: str, datasource_ids: Sequen
     hits: dict[str, list[tuple[float, str]]] = {s: [] for s in ROUTE_SIGNALS}
     cues = read_question(question)
     words: dict[str, float] = {}
+    names: dict[str, float] = {}
     best: dict[str, float] = {}
     sizes: dict[str, int] = {}
     dense: dict[str, float] = {}
@@ -277,17 +282,18 @@ def rank_datasources(retriever: Retriever, question: str, datasource_ids: Sequen
                     hits[kind].append((sim, ds))
         if lexical:
             words[ds] = lexical_score(live, cues, view.visible_tables)
+            names[ds] = name_score(live, cues, view.visible_tables)
     rankings: dict[str, list[str]] = {}
     votes: dict[str, dict[str, int]] = {}
     evidence: dict[str, dict[str, float]] = {}
     if strategy == "evidence":
         lexical_points = bm25(question_terms, term_counts)
         for ds in best:
-            evidence[ds] = {"dense": round(dense[ds], 4), "lexical": words.get(ds, 0.0),
+            evidence[ds] = {"dense": round(dense[ds], 4), "lexical": words.get(ds, 0.0), "names": names.get(ds, 0.0),
                             "bm25": round(lexical_points[ds], 4)}
-        fused = {ds: DENSE_WEIGHT * dense[ds] + LEXICAL_WEIGHT * words.get(ds, 0.0) + BM25_WEIGHT * lexical_points[ds]
-                 for ds in best}
-        for name in ("dense", "lexical", "bm25"):
+        fused = {ds: DENSE_WEIGHT * dense[ds] + LEXICAL_WEIGHT * (words.get(ds, 0.0) + names.get(ds, 0.0))
+                 + BM25_WEIGHT * lexical_points[ds] for ds in best}
+        for name in ("dense", "lexical", "names", "bm25"):
             rankings[name] = sorted(best, key=lambda ds, n=name: -evidence[ds][n])
     else:
         fused = fuse_votes(hits, words, best, sizes, strategy=strategy, vote_k=vote_k, rrf_k=rrf_k,
@@ -334,7 +340,8 @@ def backed_by_routing(scores: Mapping[str, float], pair: Sequence[str] | None, r
 
 def without_evidence(routing: Routing, min_dense: float) -> bool:
     """Whether no datasource holds anything the question asks about: the evidence strategy, no datasource with a
-    word of the question in its names, values or entries, and the best dense evidence below `min_dense`.
+    word of the question in its names, values or entries, and the best dense evidence below `min_dense`. A name
+    value the question spells does not count: it says where a thing is, not that the question asks about data.
 
     >>> weak = RouteCandidate("shop", 0.17, 0.2, {}, {}, {"dense": 0.17, "lexical": 0.0, "bm25": 0.0})
     >>> without_evidence(Routing(["shop"], [weak], {}, "evidence", {}), 0.28)
@@ -446,3 +453,12 @@ def lexical_score(live: LiveIndex, cues: Cues, visible: set[str]) -> float:
             for word in spelled & cues.terms:
                 covered[word] = max(covered.get(word, 0.0), 2.0 * len(spelled & cues.terms) / len(spelled))
     return sum(covered.values())
+
+
+def name_score(live: LiveIndex, cues: Cues, visible: set[str]) -> float:
+    """Two points for each word of the question that spells a name value of a visible table (`SchemaFacts.name_hits`).
+
+    Each word counts once, as in `lexical_score`.
+    """
+    _, spelled = live.facts().name_hits(cues, visible)
+    return 2.0 * sum(1 for word in spelled if is_name_word(word))

@@ -88,7 +88,7 @@ def test_cli_build_then_retrieve(prefect_server: None, project: Path, capsys: py
     payload = json.loads(out)
     assert payload["routing"]["picks"][0] == "support"
     assert "tickets" in payload["schema"]["tables"]
-    assert set(payload["routing"]["candidates"][0]["evidence"]) == {"dense", "lexical", "bm25"}
+    assert set(payload["routing"]["candidates"][0]["evidence"]) == {"dense", "lexical", "names", "bm25"}
     code, out, err = run_cli(capsys, "-c", str(project), "retrieve", "How many urgent tickets are still open?",
                              "--role", "admin")
     assert code == 0, err

@@ -165,6 +165,25 @@ def test_a_many_valued_text_column_whose_frequent_values_make_up_most_rows_gets_
     adapter.close()
 
 
+@pytest.mark.parametrize("dialect", ["sqlite", "duckdb"])
+def test_a_many_valued_column_with_no_sample_values_keeps_its_values_as_name_values(dialect: str,
+                                                                                    tmp_path: Path) -> None:
+    adapter = _many_valued_table(dialect, tmp_path / f"desk.{dialect}")
+    table = adapter.reflect().table("tickets")
+    profiles = {p.column: p for p in adapter.profile_table(table)}
+    assert sorted(profiles["city"].name_values) == sorted({f"City {i // 2}" for i in range(156)})  # all 78
+    assert len(profiles["reference"].name_values) == 156
+    # a column with sample values has no name values, and one with few values is all sample values
+    assert profiles["subject"].name_values == [] and profiles["status"].name_values == []
+    capped = {p.column: p for p in adapter.profile_table(table, max_name_values=77)}
+    assert capped["city"].name_values == capped["reference"].name_values == []  # more values than the bound
+    # asked for up to 77 values, the subjects' most frequent still make their sample values
+    assert capped["subject"].sample_values == profiles["subject"].sample_values
+    off = {p.column: p for p in adapter.profile_table(table, max_name_values=0)}
+    assert all(not p.name_values for p in off.values()) and off["subject"].sample_values
+    adapter.close()
+
+
 def test_the_support_desks_ticket_subjects_are_profiled(demo_dir: Path) -> None:
     adapter = adapter_class("sqlite")("support", "sqlite:///data/support.sqlite", base_dir=demo_dir)
     tickets = {p.column: p for p in adapter.profile_table(adapter.reflect().table("tickets"))}

@@ -183,8 +183,8 @@ def test_each_routing_ablation_takes_its_signal_out_of_the_evidence_score(demo_i
         if name == "dense only":
             assert all(c.score == pytest.approx(c.evidence["dense"], abs=1e-4) for c in ablated.values())
         if name == "no dense (lexical and BM25 only)":
-            assert all(c.score == pytest.approx(0.02 * c.evidence["lexical"] + 0.02 * c.evidence["bm25"], abs=1e-4)
-                       for c in ablated.values())
+            assert all(c.score == pytest.approx(0.02 * (c.evidence["lexical"] + c.evidence["names"])
+                                                + 0.02 * c.evidence["bm25"], abs=1e-4) for c in ablated.values())
     assert all(changed.values()), changed  # each one moves some score on the first question, or the second's pair
 
 

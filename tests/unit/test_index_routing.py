@@ -96,7 +96,7 @@ def test_evidence_is_explained_and_counts_only_what_the_caller_may_read(demo_ind
     viewer = demo_index.route(question, "viewer")
     assert admin.strategy == "evidence" and admin.picks[0] == "chinook"
     evidence = {c.datasource_id: c.evidence for c in admin.candidates}
-    assert set(evidence["chinook"]) == {"dense", "lexical", "bm25"}
+    assert set(evidence["chinook"]) == {"dense", "lexical", "names", "bm25"}
     assert admin.explanation()["candidates"][0]["evidence"] == evidence[admin.picks[0]]
     # the viewer may not read Invoice: its words and its profiled values count for nothing
     seen = next(c for c in viewer.candidates if c.datasource_id == "chinook").evidence
@@ -150,6 +150,18 @@ def test_the_routing_strategy_is_a_setting(demo_config, demo_index) -> None:
 def test_a_name_in_lower_case_brings_the_table_it_is_looked_up_in(pruning_index) -> None:
     schema = pruning_index.retrieve_schema("Which albums did led zeppelin release?", "admin", "chinook")
     assert {"Album", "Artist"} <= set(schema.table_names())
+    # "Led Zeppelin" is a name value of Artist.Name: the table is found where the name is, not looked up
+    assert {t.name: t.reason for t in schema.tables}["Artist"] == "match"
+
+
+def test_a_whole_name_is_not_looked_up_where_every_name_is_known(pruning_index) -> None:
+    # every artist and album title is a name value, and none is 'Yellow Submarine': no lookup offers them; a piece
+    # of a value ("starting with 'Yellow'") may be in any of them, and they are offered
+    whole = pruning_index.retrieve_schema("Which playlists include the song 'Yellow Submarine'?", "admin", "chinook")
+    looked_up = {t.name for t in whole.tables if t.reason == "name lookup"}
+    assert looked_up and looked_up.isdisjoint({"Artist", "Album", "MediaType"})
+    piece = pruning_index.retrieve_schema("Which tracks have a name starting with 'Yellow'?", "admin", "chinook")
+    assert {"Artist", "Album"} <= {t.name for t in piece.tables if t.reason == "name lookup"}
 
 
 def test_a_value_counts_by_the_share_of_its_words_the_question_has(demo_index) -> None:
@@ -168,8 +180,24 @@ def test_a_stop_word_a_value_shares_with_the_question_counts_nothing(demo_index)
     assert found["chinook"]["lexical"] == pytest.approx(1.0)
 
 
+def test_a_customer_named_in_full_routes_to_the_database_of_customers(demo_index) -> None:
+    # first and last names are one value a row (no sample values): they are name values, matched, never shown
+    routing = demo_index.route("What did Leonie Köhler buy from us in 2009?", "admin")
+    evidence = {c.datasource_id: c.evidence for c in routing.candidates}
+    assert routing.picks[0] == "chinook", routing.explanation()
+    assert evidence["chinook"]["names"] >= 2.0 and evidence["support"]["names"] == evidence["webanalytics"]["names"] == 0
+    # lower case, a name is no name: "live" does not name the one-word album title "Live" (nor "frank" "Frank")
+    plain = {c.datasource_id: c.evidence for c in demo_index.route("What did frank buy live?", "admin").candidates}
+    assert plain["chinook"]["names"] == 0
+    # the viewer may not read Customer: the names in it are no evidence
+    seen = demo_index.route("What did Leonie Köhler buy from us in 2009?", "viewer")
+    assert [c.evidence["names"] for c in seen.candidates] == [0.0]
+
+
 def test_a_question_naming_nothing_of_any_datasource_has_no_evidence(demo_index) -> None:
+    # "Berlin" is a customer's city (a name value): where a thing is, not that the question asks about data
     weather = demo_index.route("What will the weather be like in Berlin tomorrow?", "analyst")
+    assert next(c for c in weather.candidates if c.datasource_id == "chinook").evidence["names"] > 0
     assert without_evidence(weather, 0.28) and not without_evidence(weather, 0.0)
     assert not without_evidence(demo_index.route("Which artists have the most albums?", "analyst"), 0.28)
 
