@@ -810,17 +810,28 @@ class SchemaFacts:
         albums did led zeppelin release"); a value of one, only where the question writes it as a name, capitalised
         or quoted ("What did Luís Gonçalves buy?"): a one-word album title ("Live") is not named by "live".
         """
-        hits: set[tuple[str, str]] = set()
-        spelled: set[str] = set()
+        matched = self._name_matches(cues, tables)
+        return set(matched), set().union(*matched.values())
+
+    def name_tables(self, cues: Cues, tables: Container[str]) -> list[str]:
+        """The tables of `tables` holding a name value the question spells, but one that spells only some of the words
+        another spells ("Frank Harris": the customer, not the album "Frank" or a composer "Harris")."""
+        by_table: dict[str, set[str]] = defaultdict(set)
+        for (table, _), spelled in self._name_matches(cues, tables).items():
+            by_table[table] |= spelled
+        return sorted(t for t, spelled in by_table.items() if not any(spelled < other for other in by_table.values()))
+
+    def _name_matches(self, cues: Cues, tables: Container[str]) -> dict[tuple[str, str], set[str]]:
+        """(table, column) → the words of the question its name values spell (see `name_hits`)."""
+        matched: dict[tuple[str, str], set[str]] = defaultdict(set)
         tokens = cues.tokens
         written = {t for name in cues.names for t in terms_of(name)}
         for i, token in enumerate(tokens):
             for value, table, column in self.names.get(token, ()):
                 if table in tables and tuple(tokens[i:i + len(value)]) == value and (
                         sum(map(is_name_word, value)) > 1 or any(t in written for t in value)):
-                    hits.add((table, column))
-                    spelled.update(value)
-        return hits, spelled
+                    matched[(table, column)].update(value)
+        return matched
 
     def value_hits(self, cues: Cues, tables: set[str]) -> tuple[set[tuple[str, str]], list[str]]:
         """Which columns of `tables` hold a value the question names, and which names in it match nothing.
@@ -1105,6 +1116,8 @@ class Retriever:
             of_kind = [t for t in ranked if kind in facts.table_kinds.get(t, set())]
             if of_kind and of_kind[0] not in chosen:
                 chosen.append(of_kind[0])
+        # a table holding a name the question spells is about what it asks ("tracks by Metallica": Artist)
+        chosen += [t for t in facts.name_tables(cues, scored) if t not in chosen]
         reasons = {t: "match" for t in chosen}
         runs = unknown_runs(question, live.terms().vocabulary(lambda group: all(map(allows, group))),
                             facts.value_words_in(cues, valued))

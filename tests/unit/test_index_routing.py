@@ -154,6 +154,14 @@ def test_a_name_in_lower_case_brings_the_table_it_is_looked_up_in(pruning_index)
     assert {t.name: t.reason for t in schema.tables}["Artist"] == "match"
 
 
+def test_the_table_holding_a_name_the_question_spells_is_sent(pruning_index) -> None:
+    songs = pruning_index.retrieve_schema("Which playlists have songs by Aerosmith?", "admin", "chinook")
+    assert {"Playlist", "Track", "Artist", "Album"} <= set(songs.table_names())  # Album: the join path to Artist
+    # "Frank Harris" is a customer in full, while the album "Frank" and a composer "Harris" spell a word each
+    spent = pruning_index.retrieve_schema("How much has Frank Harris spent?", "admin", "chinook")
+    assert "Customer" in spent.table_names()
+
+
 def test_a_whole_name_is_not_looked_up_where_every_name_is_known(pruning_index) -> None:
     # every artist and album title is a name value, and none is 'Yellow Submarine': no lookup offers them; a piece
     # of a value ("starting with 'Yellow'") may be in any of them, and they are offered
