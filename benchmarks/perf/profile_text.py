@@ -1,5 +1,8 @@
 """What profiling a table's text columns costs with and without the values of many-valued columns.
 
+(The name values of a column of at most `profile.max_name_values` distinct values are one more grouping, in a
+statement of their own.)
+
 A text column of more than `profile.low_cardinality` distinct values gets sample values when its frequent
 values make up `profile.dominant_share` of its rows (docs/index.md, "Entries"); finding out takes one more
 grouping per such column in the statement that already groups the columns of few values. This builds one
@@ -7,14 +10,15 @@ table of `--rows` rows (200,000 by default) whose text columns are of each kind:
 
 - `subject`: 20 recurring subjects in 70% of the rows, the rest each once (gets sample values);
 - `body`: 12 recurring sentences in 60% of the rows (gets sample values);
-- `city`: 500 values, evenly spread (asked, gets none: its 20 most frequent make up 4% of the rows);
+- `city`: 500 values, evenly spread (no sample values: its 20 most frequent make up 4% of the rows; name values);
 - `email`: one value a row (never asked: too many distinct values);
 - `status`: 4 values (a column of few values: asked either way);
 
-in SQLite, DuckDB and (when a server answers on loopback) PostgreSQL, and profiles it `--repeat` times
-with `dominant_share` 1 (only the columns of few values, as before) and 0.5 (the default), alternating, in
-the same process. Prints the median seconds of each and their ratio; writes profile_text.json beside this
-file.
+in SQLite, DuckDB and (when a server answers on loopback) PostgreSQL, and profiles it `--repeat` times in three
+ways, in turn, in the same process (`CONFIGURATIONS`): the columns of few values only (`dominant_share` 1,
+`max_name_values` 0); with the frequent values of many-valued columns (0.5, 0); and with name values too (the
+defaults: `city`, of 500 values, keeps them). Prints the median seconds of each and its ratio to the first;
+writes profile_text.json beside this file.
 
     .venv/bin/python benchmarks/perf/profile_text.py [--rows N] [--repeat K] [--no-postgres]
 """
@@ -77,20 +81,27 @@ def duckdb_table(path: Path, rows: list[tuple[Any, ...]]) -> Adapter:
     return adapter_class("duckdb")("events", f"duckdb:///{path}")
 
 
+#: name → (dominant_share, max_name_values); the first is the baseline of the ratios.
+CONFIGURATIONS: dict[str, tuple[float, int]] = {"few values only": (1.0, 0), "+ frequent values": (0.5, 0),
+                                                "+ name values (defaults)": (0.5, 1000)}
+
+
 def measure(adapter: Adapter, repeat: int) -> dict[str, Any]:
-    """Median seconds of `profile_table` with dominant_share 1 and 0.5, alternating, and what each samples."""
+    """Median seconds of `profile_table` in each configuration, in turn, and the columns each gives values."""
     table = adapter.reflect().table("events")
-    times: dict[str, list[float]] = {"before": [], "after": []}
-    sampled: dict[str, list[str]] = {}
+    times: dict[str, list[float]] = {name: [] for name in CONFIGURATIONS}
+    out: dict[str, Any] = {}
     for _ in range(repeat):
-        for name, share in (("before", 1.0), ("after", 0.5)):
+        for name, (share, names) in CONFIGURATIONS.items():
             started = time.perf_counter()
-            profiles = adapter.profile_table(table, dominant_share=share)
+            profiles = adapter.profile_table(table, dominant_share=share, max_name_values=names)
             times[name].append(time.perf_counter() - started)
-            sampled[name] = [p.column for p in profiles if p.sample_values]
-    before, after = statistics.median(times["before"]), statistics.median(times["after"])
-    return {"before_s": round(before, 4), "after_s": round(after, 4), "ratio": round(after / before, 2),
-            "sampled_before": sampled["before"], "sampled_after": sampled["after"]}
+            out[name] = {"sampled": [p.column for p in profiles if p.sample_values],
+                         "named": [p.column for p in profiles if p.name_values]}
+    base = statistics.median(times[next(iter(CONFIGURATIONS))])
+    for name, found in times.items():
+        out[name].update(seconds=round(statistics.median(found), 4), ratio=round(statistics.median(found) / base, 2))
+    return out
 
 
 def postgres(rows: list[tuple[Any, ...]], repeat: int) -> dict[str, Any]:
@@ -142,8 +153,9 @@ def main() -> None:
         if "skipped" in r:
             print(f"{name:11s} skipped: {r['skipped']}")
         else:
-            print(f"{name:11s} profile {r['before_s']:.3f} s → {r['after_s']:.3f} s (×{r['ratio']}); "
-                  f"sample values: {', '.join(r['sampled_before'])} → {', '.join(r['sampled_after'])}")
+            for config, m in r.items():
+                print(f"{name:11s} {config:26s} {m['seconds']:.3f} s (×{m['ratio']}); sample values: "
+                      f"{', '.join(m['sampled'])}; name values: {', '.join(m['named']) or '-'}")
     OUTPUT.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {OUTPUT.relative_to(HERE.parents[1])}", file=sys.stderr)
 
