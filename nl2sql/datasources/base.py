@@ -370,12 +370,12 @@ class Adapter(ABC):
             if distinct <= max_name_values:
                 named.append(col.name)
         # a column that may have either kind is asked once, for all its values (the most frequent come first)
-        frequent = self._frequent_values_of(table, [*low, *(c for c in wide if c not in named)], sample_rows,
-                                            max_sample_values) if low or set(wide) - set(named) else {}
+        asked = [*low, *(c for c in wide if c not in named)]
+        frequent = self._frequent_values_of(table, asked, sample_rows, max_sample_values) if asked else {}
         every = self._frequent_values_of(table, named, sample_rows, max_name_values) if named else {}
         for name, non_null in wide.items():
-            found = [(value, count) for value, count in (every[name] if name in every else frequent[name])[:max_sample_values]
-                     if count > 1]
+            top = (every[name] if name in every else frequent[name])[:max_sample_values]
+            found = [(value, count) for value, count in top if count > 1]
             frequent[name] = found if sum(count for _, count in found) >= dominant_share * non_null else []
         names = {name: [value for value, _ in found] for name, found in every.items() if not frequent.get(name)}
         out = []

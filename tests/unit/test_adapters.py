@@ -68,6 +68,10 @@ def test_profile_values_and_bounds(chinook: Adapter) -> None:
     country = profiles[("Customer", "Country")]
     assert country.distinct_count == 24 and country.sample_values[0] == "USA"
     assert profiles[("Track", "Milliseconds")].sample_values == []  # numbers get no sample values
+    # 59 last names, one a customer: too many for sample values, kept as name values
+    last = profiles[("Customer", "LastName")]
+    assert last.sample_values == [] and len(last.name_values) == 59 and "Gonçalves" in last.name_values
+    assert profiles[("Track", "Name")].name_values == []  # 3,257 distinct names: beyond profile.max_name_values
     bounded = chinook.profile(snapshot, tables=["Track"], sample_rows=500)
     assert {p.sampled_rows for p in bounded} == {500}
 
