@@ -406,6 +406,8 @@ class ProfileSettings(Strict):
     max_name_values: int = Field(default=1000, ge=0, description="A text column with no sample values and at most "
                                  "this many distinct values keeps them as name values: matched against the names a "
                                  "question spells, never shown to a model (0: none).")
+    max_name_values_total: int = Field(default=100_000, ge=0, description="About how many name values a "
+                                       "datasource's build keeps in all: once they are reached, a column keeps none.")
     infer_keys: bool = Field(default=True, description="Infer the keys and references of tables that declare none "
                              "from names and a sample of values (nl2sql.schema.inferred_keys; docs/index.md).")
 

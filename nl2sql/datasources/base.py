@@ -7,6 +7,7 @@ how to cancel a statement that runs past its time limit. Everything else is shar
 from __future__ import annotations
 
 import logging
+import math
 import re
 import time
 from abc import ABC, abstractmethod
@@ -338,15 +339,16 @@ class Adapter(ABC):
 
     def profile_table(self, table: TableInfo, *, sample_rows: int = 100_000, max_sample_values: int = 20,
                       low_cardinality: int = 50, dominant_share: float = DOMINANT_SHARE,
-                      max_name_values: int = MAX_NAME_VALUES) -> list[ColumnProfile]:
+                      max_name_values: int = MAX_NAME_VALUES, name_values_left: int | None = None) -> list[ColumnProfile]:
         """`profile` of one table, in at most three statements: the column statistics, the frequent values of every
         text column that may have sample values, and the values of those that may have name values.
 
         A text column with more distinct values keeps those of its frequent values found more than once when
         together they make up `dominant_share` of its rows: ticket subjects ("Player crashes on startup") beside
         ones that name an invoice number. One with no sample values and at most `max_name_values` distinct values
-        keeps them all as name values: customers' first names, artists. A column whose distinct values are more than
-        both bounds allow is not asked."""
+        keeps them all as name values: customers' first names, artists; while they fit in `name_values_left` (what is
+        left of a build's budget), columns in order. A column whose distinct values are more than both bounds allow
+        is not asked."""
         if not table.columns:
             return []
         sql = _profile_sql(self.dialect, sample_rows, max_sample_values)
@@ -357,6 +359,7 @@ class Adapter(ABC):
         n = int(stats["n"])
         counts = [(int(stats[f"nn_{i}"]), int(stats[f"d_{i}"])) for i in range(len(table.columns))]
         low, wide, named = [], {}, []
+        left: float = math.inf if name_values_left is None else name_values_left
         for col, (non_null, distinct) in zip(table.columns, counts, strict=True):
             if not distinct or not is_text_type(col.type):
                 continue
@@ -367,7 +370,7 @@ class Adapter(ABC):
             # the top values can make up the share only if the rest fit in what is left of the rows
             if max_sample_values and distinct - max_sample_values <= (1 - dominant_share) * non_null:
                 wide[col.name] = non_null
-            if distinct <= max_name_values:
+            if distinct <= min(max_name_values, left):  # (one that cannot fit is not asked)
                 named.append(col.name)
         # a column that may have either kind is asked once, for all its values (the most frequent come first)
         asked = [*low, *(c for c in wide if c not in named)]
@@ -377,7 +380,11 @@ class Adapter(ABC):
             top = (every[name] if name in every else frequent[name])[:max_sample_values]
             found = [(value, count) for value, count in top if count > 1]
             frequent[name] = found if sum(count for _, count in found) >= dominant_share * non_null else []
-        names = {name: [value for value, _ in found] for name, found in every.items() if not frequent.get(name)}
+        names: dict[str, list[str]] = {}
+        for name, found in every.items():  # in the table's column order, while they fit
+            if not frequent.get(name) and len(found) <= left:
+                names[name] = [value for value, _ in found]
+                left -= len(found)
         out = []
         for i, (col, (non_null, distinct)) in enumerate(zip(table.columns, counts, strict=True)):
             out.append(ColumnProfile(

@@ -32,7 +32,7 @@ from nl2sql.config.models import ProfileSettings
 from nl2sql.datasources.base import Adapter
 from nl2sql.datasources.models import ColumnProfile, InferredKeys, SchemaSnapshot, TableInfo
 from nl2sql.errors import NL2SQLError
-from nl2sql.index.chunks import ENTRY_FORMAT, BuildEntry, StoredEntry, build_entries, qualified
+from nl2sql.index.chunks import ENTRY_FORMAT, BuildEntry, Entry, StoredEntry, build_entries, qualified
 from nl2sql.index.collection import collection_paused
 from nl2sql.index.embed import Embedder
 from nl2sql.index.store import Segment, StateStore
@@ -79,6 +79,9 @@ class BuildPlan:
     previous_vectors: PreviousVectors | None = None
     segments: int = 1
     kept: dict[int, Segment] = field(default_factory=dict)
+    #: How many name values each table the build carries over holds (its tables with any), from the live build's stats:
+    #: with those profiled, the build keeps about `profile.max_name_values_total`.
+    name_values_held: dict[str, int] = field(default_factory=dict)
 
     @property
     def parts(self) -> int:
@@ -141,8 +144,11 @@ def plan_build(adapter: Adapter, store: StateStore, *, full: bool = False) -> Bu
     if count / 2 <= was <= count * 2:  # tables move to other segments (all written again) only once the schema
         count = was                    # has halved or doubled since the segments were made
     changed = changed_tables(previous, snapshot)
+    unchanged = set(names) - set(changed)
     plan = BuildPlan(snapshot, fingerprint(snapshot), changed, previous=previous, diff=diff, segments=count,
-                     previous_vectors=PreviousVectors(live.build_id, live.model_id or ""))
+                     previous_vectors=PreviousVectors(live.build_id, live.model_id or ""),
+                     name_values_held={t: int(n) for t, n in (live.stats.get("name_values") or {}).items()
+                                       if t in unchanged})
     old = store.segments(live.build_id)
     by_part: dict[int, list[str]] = {}
     for name in names:
@@ -169,13 +175,17 @@ def profile_tables(adapter: Adapter, plan: BuildPlan, settings: ProfileSettings,
     profiles: list[ColumnProfile] = []
     changed = set(plan.changed_tables)
     todo = [t for t in plan.snapshot.tables if qualified(t) in changed]
+    # name values left to keep: a column of more distinct values than are left keeps none, a smaller one after it may
+    left = settings.max_name_values_total - sum(plan.name_values_held.values())
     for done, table in enumerate(todo, start=1):
         try:
-            profiles += adapter.profile_table(table, sample_rows=settings.sample_rows,
-                                              max_sample_values=settings.max_sample_values,
-                                              low_cardinality=settings.low_cardinality,
-                                              dominant_share=settings.dominant_share,
-                                              max_name_values=settings.max_name_values)
+            found = adapter.profile_table(table, sample_rows=settings.sample_rows,
+                                          max_sample_values=settings.max_sample_values,
+                                          low_cardinality=settings.low_cardinality,
+                                          dominant_share=settings.dominant_share,
+                                          max_name_values=settings.max_name_values, name_values_left=max(0, left))
+            profiles += found
+            left -= sum(len(p.name_values) for p in found)
         except Exception as exc:  # one table's profile must not sink the build
             cause = getattr(exc, "__cause__", None) or exc
             for column in table.columns:
@@ -312,11 +322,22 @@ def commit_index(store: StateStore, build_id: str, plan: BuildPlan, entries: Seq
     recall = min(recalls) if recalls else None
     stats = {"counts": dict(counts), "recall_at_20": recall, "changed_tables": len(plan.changed_tables),
              "entry_format": ENTRY_FORMAT, "inferred_keys": _inferred_counts(plan.snapshot),
+             "name_values": _name_values_by_table(plan, entries),
              "segments": plan.segments, "segments_written": plan.parts - len(plan.kept)}
     replaced = store.commit_build(build_id, snapshot=plan.snapshot, fingerprint=plan.fingerprint,
                                   diff=plan.diff, index_kind=kind, entry_count=sum(counts.values()), stats=stats,
                                   keep=keep, segments=listed)
     return replaced, kind, recall
+
+
+def _name_values_by_table(plan: BuildPlan, entries: Sequence[BuildEntry]) -> dict[str, int]:
+    """How many name values each table of the build holds (tables with none left out): those its fresh column entries
+    keep, and those of the tables it carries over."""
+    counts = Counter(plan.name_values_held)
+    for e in entries:
+        if isinstance(e, Entry) and e.kind == "column" and e.table and e.metadata.get("names"):
+            counts[e.table] += len(e.metadata["names"])
+    return dict(counts)
 
 
 def _schema_order(plan: BuildPlan) -> Callable[[str], int]:

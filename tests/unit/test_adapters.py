@@ -185,6 +185,12 @@ def test_a_many_valued_column_with_no_sample_values_keeps_its_values_as_name_val
     assert capped["subject"].sample_values == profiles["subject"].sample_values
     off = {p.column: p for p in adapter.profile_table(table, max_name_values=0)}
     assert all(not p.name_values for p in off.values()) and off["subject"].sample_values
+    # what is left of a build's budget: the cities' 78 fit in 80 (the subjects, which get sample values, use none of
+    # it; the 156 references do not fit and are not asked), not in 77
+    fits = {p.column: p for p in adapter.profile_table(table, name_values_left=80)}
+    assert len(fits["city"].name_values) == 78 and fits["reference"].name_values == []
+    assert fits["subject"].sample_values == profiles["subject"].sample_values
+    assert all(not p.name_values for p in adapter.profile_table(table, name_values_left=77))
     adapter.close()
 
 

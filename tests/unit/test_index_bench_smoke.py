@@ -226,3 +226,13 @@ def test_the_model_check_asks_only_on_close_calls_and_keeps_what_the_flow_keeps(
         clear = check.second_stage("Tracks per genre?", ["chinook"], routing({"chinook": 0.6, "support": 0.4}),
                                    described, client, settings)
         assert not clear["asked"] and clear["after"] == ["chinook", "support"] and fake.calls("Answerability") == 2
+
+
+def test_the_name_values_memory_benchmark_indexes_every_value_and_reports_its_cost() -> None:
+    path = BENCH.parent / "name_values_memory.py"
+    spec = importlib.util.spec_from_file_location("nl2sql_bench_name_values_memory", path)
+    assert spec and spec.loader
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    report = bench.measure([f"Name {i} Surname" for i in range(1_000)])  # (it checks every value is indexed)
+    assert report["values"] == 1_000 and report["tables"] == 2 and report["bytes_per_value"] > 0

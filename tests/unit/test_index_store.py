@@ -323,3 +323,31 @@ def test_only_a_full_field_set_is_shared() -> None:
     partial.comment = "x"
     assert partial.__pydantic_fields_set__ == {"name", "type", "comment"}
     assert full.__pydantic_fields_set__ == set(ColumnInfo.model_fields)
+
+
+def test_a_build_keeps_name_values_within_its_budget_and_an_incremental_one_counts_what_it_carries(
+        tmp_path: Path) -> None:
+    path = tmp_path / "music.sqlite"
+    with sqlite3.connect(path) as conn:  # one value a row: no sample values, 60 and 70 name values
+        conn.execute("CREATE TABLE artists (artist_id INTEGER PRIMARY KEY, name TEXT)")
+        conn.executemany("INSERT INTO artists (name) VALUES (?)", [(f"Artist {i}",) for i in range(60)])
+        conn.execute("CREATE TABLE bands (band_id INTEGER PRIMARY KEY, name TEXT)")
+        conn.executemany("INSERT INTO bands (name) VALUES (?)", [(f"Band {i}",) for i in range(70)])
+    store = StateStore(tmp_path / "state")
+
+    def build_music(total: int, **kwargs):
+        adapter = adapter_class("sqlite")("music", f"sqlite:///{path}")
+        try:
+            build_datasource(adapter, store, shared_embedder(), profile=ProfileSettings(max_name_values_total=total),
+                             keep=2, **kwargs)
+        finally:
+            adapter.close()
+        return store.live_build("music").stats["name_values"]
+
+    assert build_music(100) == {"artists": 60}  # the bands' 70 do not fit in the 40 left
+    for i, table in enumerate(("bands", "artists", "artists")):  # a rebuilt table counts once, carried ones as held
+        with sqlite3.connect(path) as conn:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN note_{i} TEXT")
+        assert build_music(100) == {"artists": 60}
+    assert build_music(200, full=True) == {"artists": 60, "bands": 70}
+    assert build_music(0, full=True) == {}
