@@ -42,6 +42,7 @@ import logging
 import math
 import re
 import threading
+import unicodedata
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Collection, Container, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -287,7 +288,7 @@ def content_terms(text: str) -> list[str]:
     >>> content_terms("How many tickets were opened in 2023 by each agent?")
     ['many', 'ticket', 'opened', 'each', 'agent']
     """
-    return [singular(t) for t in _TOKEN.findall(text.lower()) if t not in _STOP and not t.isdigit()]
+    return [singular(t) for t in plain_words(text) if t not in _STOP and not t.isdigit()]
 
 
 #: Words that place or compare rather than name ("last year", "above average", "the same month").
@@ -303,7 +304,7 @@ def naming_terms(text: str) -> set[str]:
     >>> sorted(naming_terms("Count the refunds per month")), sorted(naming_terms("the same month last year"))
     (['refund'], [])
     """
-    return {singular(t) for t in _TOKEN.findall(text.lower()) if t not in _STOP and t not in _QUESTION_WORDS
+    return {singular(t) for t in plain_words(text) if t not in _STOP and t not in _QUESTION_WORDS
             and t not in _RELATIVE and not t.isdigit() and not _TIME.fullmatch(t)}
 
 
@@ -554,7 +555,29 @@ def singular(word: str) -> str:
 
 def terms_of(text: str) -> list[str]:
     """Lower-case singular word tokens."""
-    return [singular(t) for t in _TOKEN.findall(text.lower())]
+    return [singular(t) for t in plain_words(text)]
+
+
+#: Letters with no decomposition to a plain one (NFKD leaves them whole).
+_PLAIN = str.maketrans({"ø": "o", "æ": "ae", "œ": "oe", "ł": "l", "đ": "d", "ð": "d", "þ": "th", "ı": "i"})
+
+
+def plain_words(text: str) -> list[str]:
+    """The lower-case words of a text, accents taken off: a name is matched however it is typed, with its accents or
+    without ("Luís Gonçalves", "Luis Goncalves").
+
+    >>> plain_words("Luís Gonçalves, Bjørn Hansen & Straße 34")
+    ['luis', 'goncalves', 'bjorn', 'hansen', 'strasse', '34']
+    """
+    return _TOKEN.findall(plain(text))
+
+
+def plain(text: str) -> str:
+    """A text in lower case with its accents taken off (`plain_words`)."""
+    text = text.casefold()
+    if text.isascii():  # most texts are: they skip the pass letter by letter
+        return text
+    return "".join(c for c in unicodedata.normalize("NFKD", text.translate(_PLAIN)) if not unicodedata.combining(c))
 
 
 @dataclass(frozen=True)
@@ -642,8 +665,8 @@ def unknown_runs(question: str, vocabulary: Container[str], known: Container[str
     runs: list[list[str]] = [[]]
     for match in _WORD.finditer(question.lower()):
         word = match.group().rstrip("'’")
-        if (word in _STOP or word in _QUESTION_WORDS or word.isdigit() or singular(word) in vocabulary
-                or singular(word) in known):
+        spelled = singular(plain(word))
+        if word in _STOP or word in _QUESTION_WORDS or word.isdigit() or spelled in vocabulary or spelled in known:
             runs.append([])
         else:
             runs[-1].append(word)

@@ -194,6 +194,10 @@ def test_a_customer_named_in_full_routes_to_the_database_of_customers(demo_index
     evidence = {c.datasource_id: c.evidence for c in routing.candidates}
     assert routing.picks[0] == "chinook", routing.explanation()
     assert evidence["chinook"]["names"] >= 2.0 and evidence["support"]["names"] == evidence["webanalytics"]["names"] == 0
+    # typed without its accents, the name is the same name
+    typed = {c.datasource_id: c.evidence for c in demo_index.route("What did Leonie Kohler buy from us in 2009?",
+                                                                     "admin").candidates}
+    assert typed["chinook"]["names"] == evidence["chinook"]["names"]
     # lower case, a name is no name: "live" does not name the one-word album title "Live" (nor "frank" "Frank")
     plain = {c.datasource_id: c.evidence for c in demo_index.route("What did frank buy live?", "admin").candidates}
     assert plain["chinook"]["names"] == 0
