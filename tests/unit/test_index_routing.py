@@ -162,6 +162,14 @@ def test_the_table_holding_a_name_the_question_spells_is_sent(pruning_index) -> 
     assert "Customer" in spent.table_names()
 
 
+def test_name_values_never_reach_the_planners_schema(pruning_index) -> None:
+    schema = pruning_index.retrieve_schema("What did Leonie Köhler buy from us in 2009?", "admin", "chinook")
+    assert "Customer" in schema.table_names()
+    rendered = schema.render()
+    # the customers' names are matched, never shown: not even the one the question spells
+    assert "FirstName" in rendered and not any(name in rendered for name in ("Köhler", "Gonçalves", "Leonie"))
+
+
 def test_a_whole_name_is_not_looked_up_where_every_name_is_known(pruning_index) -> None:
     # every artist and album title is a name value, and none is 'Yellow Submarine': no lookup offers them; a piece
     # of a value ("starting with 'Yellow'") may be in any of them, and they are offered
