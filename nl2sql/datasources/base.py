@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import ObjectKind
 from sqlglot import exp
 
-from nl2sql.config.models import ResourceSettings
+from nl2sql.config.models import ProfileSettings, ResourceSettings
 from nl2sql.datasources.guard import guard_sql, sqlglot_dialect
 from nl2sql.datasources.models import (
     ColumnInfo,
@@ -42,11 +42,11 @@ if TYPE_CHECKING:
 TEXT_TYPE_MARKERS = ("CHAR", "TEXT", "STRING", "CLOB", "VARCHAR", "ENUM")
 SAMPLE_VALUE_MAX_CHARS = 100
 #: A text column of many distinct values whose most frequent ones make up this share of its rows gets them as
-#: sample values, as a column of few values does (`Adapter.profile_table`).
-DOMINANT_SHARE = 0.5
+#: sample values, as a column of few values does (`Adapter.profile_table`; the default of the setting).
+DOMINANT_SHARE: float = ProfileSettings.model_fields["dominant_share"].default
 #: A text column with more distinct values than are sampled, and at most this many, keeps them all as name values:
 #: what a question may name ("Luís Gonçalves", "Led Zeppelin"), matched but never shown or embedded.
-MAX_NAME_VALUES = 1000
+MAX_NAME_VALUES: int = ProfileSettings.model_fields["max_name_values"].default
 #: Tables counted per statement (SQLite allows 500 terms in one compound SELECT).
 ROW_COUNT_BATCH = 200
 #: Rows fetched per round trip while a result is checked against its byte budget.

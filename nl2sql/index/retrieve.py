@@ -1290,10 +1290,10 @@ def _named_parents(chosen: list[str], tables: dict[str, TableInfo], facts: Schem
         name = frontier.pop(0)
         for fk in tables[name].foreign_keys:
             target = _target(fk)
-            if (target in tables and target not in chosen and target not in out and target not in passed
-                    and len(tables[target].columns) <= narrow
-                    and any("name" in kind for kind in facts.column_kinds.get(target, {}).values())):
-                named = [c for c, kind in facts.column_kinds.get(target, {}).items() if "name" in kind]
+            if target not in tables or target in chosen or target in out or target in passed:
+                continue
+            named = [c for c, kind in facts.column_kinds.get(target, {}).items() if "name" in kind]
+            if named and len(tables[target].columns) <= narrow:
                 if whole and all((target, c) in facts.complete for c in named):
                     passed.add(target)
                 else:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from nl2sql.datasources import Adapter, adapter_class
+from nl2sql.datasources.models import TableInfo
 from nl2sql.errors import DatasourceError, QueryTimeout, SQLRejected, UnknownNameError
 
 #: A statement that runs for a long time on each engine (for the timeout tests).
@@ -152,11 +154,17 @@ def _many_valued_table(dialect: str, path: Path) -> Adapter:
     return adapter_class(dialect)("desk", f"{dialect}:///{path}")
 
 
-@pytest.mark.parametrize("dialect", ["sqlite", "duckdb"])
-def test_a_many_valued_text_column_whose_frequent_values_make_up_most_rows_gets_them(dialect: str,
-                                                                                     tmp_path: Path) -> None:
-    adapter = _many_valued_table(dialect, tmp_path / f"desk.{dialect}")
-    table = adapter.reflect().table("tickets")
+@pytest.fixture(params=["sqlite", "duckdb"])
+def many_valued(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Adapter, TableInfo]]:
+    """`_many_valued_table` behind the SQLite and the DuckDB adapter, with its reflected table."""
+    adapter = _many_valued_table(request.param, tmp_path / f"desk.{request.param}")
+    yield adapter, adapter.reflect().table("tickets")
+    adapter.close()
+
+
+def test_a_many_valued_text_column_whose_frequent_values_make_up_most_rows_gets_them(
+        many_valued: tuple[Adapter, TableInfo]) -> None:
+    adapter, table = many_valued
     profiles = {p.column: p for p in adapter.profile_table(table)}
     # the four recurring subjects (100 of 156 rows), most frequent first; the invoice numbers found once are not
     assert profiles["subject"].sample_values == ["Player crashes", "Track skips", "Refund late", "Card declined"]
@@ -166,14 +174,11 @@ def test_a_many_valued_text_column_whose_frequent_values_make_up_most_rows_gets_
     assert sorted(profiles["status"].sample_values) == ["closed", "open", "pending"]  # few values: all of them
     never = {p.column: p for p in adapter.profile_table(table, dominant_share=1.0)}
     assert never["subject"].sample_values == [] and never["status"].sample_values == profiles["status"].sample_values
-    adapter.close()
 
 
-@pytest.mark.parametrize("dialect", ["sqlite", "duckdb"])
-def test_a_many_valued_column_with_no_sample_values_keeps_its_values_as_name_values(dialect: str,
-                                                                                    tmp_path: Path) -> None:
-    adapter = _many_valued_table(dialect, tmp_path / f"desk.{dialect}")
-    table = adapter.reflect().table("tickets")
+def test_a_many_valued_column_with_no_sample_values_keeps_its_values_as_name_values(
+        many_valued: tuple[Adapter, TableInfo]) -> None:
+    adapter, table = many_valued
     profiles = {p.column: p for p in adapter.profile_table(table)}
     assert sorted(profiles["city"].name_values) == sorted({f"City {i // 2}" for i in range(156)})  # all 78
     assert len(profiles["reference"].name_values) == 156
@@ -191,7 +196,6 @@ def test_a_many_valued_column_with_no_sample_values_keeps_its_values_as_name_val
     assert len(fits["city"].name_values) == 78 and fits["reference"].name_values == []
     assert fits["subject"].sample_values == profiles["subject"].sample_values
     assert all(not p.name_values for p in adapter.profile_table(table, name_values_left=77))
-    adapter.close()
 
 
 def test_the_support_desks_ticket_subjects_are_profiled(demo_dir: Path) -> None:
