@@ -867,6 +867,44 @@ def joined_questions(bed: list[Database], seed: int, n: int = 160) -> list[tuple
     return out
 
 
+#: Questions setting two categories of one entity side by side, named by their values only, not by the column
+#: ({E} the entity, {a} and {b} two values of one of its categorical columns, {m} a measure): "Are urgent tickets
+#: closed faster than low ones?" names the priorities, never the word "priority".
+COMPARED_TEMPLATES = (
+    "Are {a} {E} more common than {b} ones?", "Do {a} {E} have a higher {m} than {b} {E}?",
+    "How many {E} are {a} and how many are {b}?", "{a} versus {b} {E} per month",
+    "Which is bigger, the {a} {E} or the {b} ones?", "Average {m} of {a} {E} against {b} {E}",
+    "Is the share of {a} {E} growing faster than the share of {b} ones?", "Compare {a} {E} with {b} {E} in 2023",
+)
+
+
+def compared_questions(bed: list[Database], seed: int, n: int = 160) -> list[tuple[str, str]]:
+    """`n` questions naming two values of one categorical column of an entity, in a database chosen at random
+    (values its rows hold, so a profile has them): (question, database).
+
+    >>> bed = make_test_bed(4, seed=7)
+    >>> len(compared_questions(bed, 7, 5)), compared_questions(bed, 7) == compared_questions(bed, 7)
+    (5, True)
+    """
+    rng = _rng(seed, "compared")
+    out: list[tuple[str, str]] = []
+    while len(out) < n:
+        db = rng.choice(bed)
+        table = rng.choice([t for t in db.tables if t.phrases])
+        held = {c.name: sorted({str(row[i]) for row in table.rows if row[i] is not None})
+                for i, c in enumerate(table.columns) if c.kind == "cat" and c not in PADDING_COLUMNS}
+        held = {name: values for name, values in held.items() if len(values) >= 2}
+        measures = [c for c in table.columns[1:] if c.kind in MEASURES and c not in PADDING_COLUMNS]
+        template = rng.choice([t for t in COMPARED_TEMPLATES if measures or "{m}" not in t])
+        if not held:
+            continue
+        a, b = rng.sample(held[rng.choice(sorted(held))], 2)
+        text = template.format(E=rng.choice(table.phrases), a=a, b=b,
+                               m=words(rng.choice(measures).name) if measures else "")
+        out.append((text[0].upper() + text[1:], db.name))
+    return out
+
+
 #: Test-bed sizes: a few big databases on purpose; the rest 3 to 18 tables.
 BIG_SIZES = (60, 45, 36, 28)
 

@@ -13,7 +13,8 @@ then routes with the engine's defaults (`RoutingSettings()`, `route` as the ask 
 - 160 questions about two databases chosen at random (`cross_questions`: an entity's everyday name from each,
   "Put our donors side by side with the educators"): top-1 as above (both databases shortlisted); and 160 about
   one database with a joining word in them (`joined_questions`: "Group the donors by channel and count them"):
-  top-1, and how many were given a pair of databases;
+  top-1, and how many were given a pair of databases; and 160 setting two categories of an entity side by side by
+  their values (`compared_questions`: "Are urgent tickets closed faster than low ones?"): top-1;
 - ablations: the same questions routed with one signal of the evidence strategy taken out at a time (`ABLATIONS`).
 
 `--seed` builds the bed from another seed (other sizes, columns, rows and generated questions; the frozen suite is
@@ -70,6 +71,7 @@ ABLATIONS: dict[str, Callable[[], list[Any]]] = {
                                                                                                 0.0)],
     "no dense (lexical and BM25 only)": lambda: [mock.patch.object(routing, "DENSE_WEIGHT", 0.0)],
     "no pairs of parts": lambda: [mock.patch.object(routing, "MAX_PART_CUTS", 0)],
+    "no column named by two of its values": lambda: [mock.patch.object(routing, "COMPARED_VALUES_POINTS", 0.0)],
 }
 
 
@@ -173,7 +175,9 @@ def run(state: Path | None, quiet: bool, *, seed: int = FROZEN_SEED, ablations: 
                        for i, (q, a, b) in enumerate(schemas.cross_questions(bed, seed))]
         joined_cases = [{"id": f"joined:{i}", "question": q, "databases": [db]}
                         for i, (q, db) in enumerate(schemas.joined_questions(bed, seed))]
-        questions = [c["question"] for c in [*suite, *template_cases, *cross_cases, *joined_cases]]
+        compared_cases = [{"id": f"compared:{i}", "question": q, "databases": [db]}
+                          for i, (q, db) in enumerate(schemas.compared_questions(bed, seed))]
+        questions = [c["question"] for c in [*suite, *template_cases, *cross_cases, *joined_cases, *compared_cases]]
         latency: list[float] = []
         queries: dict[str, Any] = {}
         for question in questions:  # the latency of a whole routing, the question's embedding included
@@ -199,6 +203,7 @@ def run(state: Path | None, quiet: bool, *, seed: int = FROZEN_SEED, ablations: 
             "template_cross": {k: v for k, v in scored(cross_cases).items() if k != "misses"},
             "template_joined": {k: v for k, v in score(joined_cases, joined_routings).items() if k != "misses"}
             | {"paired": sum(bool(r.pair) for r in joined_routings)},
+            "template_compared": {k: v for k, v in scored(compared_cases).items() if k != "misses"},
         }
         report["ablations"] = {}
         for name in ABLATIONS if ablations else ():
@@ -206,7 +211,8 @@ def run(state: Path | None, quiet: bool, *, seed: int = FROZEN_SEED, ablations: 
                 report["ablations"][name] = {
                     part: {k: v for k, v in scored(cases).items() if k in ("top1", "cross_both_picked")}
                     for part, cases in (("frozen", suite), ("template_all", template_cases),
-                                        ("template_cross", cross_cases), ("template_joined", joined_cases)) if cases}
+                                        ("template_cross", cross_cases), ("template_joined", joined_cases),
+                                        ("template_compared", compared_cases)) if cases}
             log(quiet, f"ablation: {name}")
         store.close()
     return report
@@ -238,6 +244,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print(f"template_cross: top-1 {cross['top1']:.1%} of {cross['cases']}, both picked {cross['cross_both_picked']:.1%}")
     joined = report["template_joined"]
     print(f"template_joined: top-1 {joined['top1']:.1%} of {joined['cases']}, given a pair {joined['paired']}")
+    compared = report["template_compared"]
+    print(f"template_compared: top-1 {compared['top1']:.1%} of {compared['cases']}")
     for name, parts in report["ablations"].items():
         print(f"  {name}: " + ", ".join(f"{part} top-1 {figures['top1']:.1%}" for part, figures in parts.items()))
     for miss in frozen.get("misses", []):

@@ -76,6 +76,9 @@ DENSE_WEIGHT = 1.0
 LEXICAL_WEIGHT = 0.02
 BM25_WEIGHT = 0.02
 BM25_K1, BM25_B = 1.2, 0.75
+#: A column two of whose values the question names whole ("phone" and "email" of a ticket's channel) is named by
+#: them: the question sets its categories side by side. Points for each such set of values, as for naming a column.
+COMPARED_VALUES_POINTS = 1.0
 #: Words that join the two subjects of a question about two things; and "compare … with/to/and/against …".
 PART_JOINS = re.compile(r"\b(?:and|alongside|next to|side by side with|versus|vs|compared (?:to|with)|against|also|"
                         r"as well as|together with|along with|plus)\b", re.IGNORECASE)
@@ -445,14 +448,20 @@ def lexical_score(live: LiveIndex, cues: Cues, visible: set[str]) -> float:
         for word in facts.column_words[key]:
             covered[word] = max(covered.get(word, 0.0), 1.0)
     values, _ = facts.value_hits(cues, visible)
+    compared: set[frozenset[str]] = set()
     for table, column in values:
+        whole: set[frozenset[str]] = set()
         for value in facts.samples.get((table, column), []):
             # a value counts by the share of its words the question has: "Jazz" whole, "summer_sale_2011" for
             # "sales" half (a campaign named after a season is weak evidence of sales data)
             spelled = value_terms(value)
             for word in spelled & cues.terms:
                 covered[word] = max(covered.get(word, 0.0), 2.0 * len(spelled & cues.terms) / len(spelled))
-    return sum(covered.values())
+            if spelled and spelled <= cues.terms:
+                whole.add(spelled)
+        if len(whole) >= 2:  # the same values in several columns (a currency everywhere) name them once
+            compared.add(frozenset().union(*whole))
+    return sum(covered.values()) + COMPARED_VALUES_POINTS * len(compared)
 
 
 def name_score(live: LiveIndex, cues: Cues, visible: set[str]) -> float:

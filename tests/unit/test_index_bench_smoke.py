@@ -165,7 +165,7 @@ def test_the_scale_benchmark_reports_each_size_and_plots_them(tmp_path: Path,
 
 def test_each_routing_ablation_takes_its_signal_out_of_the_evidence_score(demo_index) -> None:
     bed = load_script("nl2sql_bench_wide_bed", BENCH.parents[1] / "routing" / "wide_bed.py")
-    question = "Which Jazz tracks are in the most playlists?"  # names tables and a profiled value
+    question = "Are Jazz tracks in more playlists than Blues ones?"  # names tables and two values of one column
     two_things = "Playlists next to the browsers visitors use"  # its parts go to two databases
 
     def candidates() -> dict[str, object]:
@@ -236,3 +236,15 @@ def test_the_name_values_memory_benchmark_indexes_every_value_and_reports_its_co
     spec.loader.exec_module(bench)
     report = bench.measure([f"Name {i} Surname" for i in range(1_000)])  # (it checks every value is indexed)
     assert report["values"] == 1_000 and report["tables"] == 2 and report["bytes_per_value"] > 0
+
+
+def test_the_compared_values_benchmark_tells_where_its_rule_gives_points(demo_index) -> None:
+    check = load_script("nl2sql_bench_compared_values", BENCH.parents[1] / "routing" / "compared_values.py")
+    cases = [("Are tablet visitors more loyal than mobile ones?", ["webanalytics"]),  # two devices: the rule
+             ("Are tablet visitors more loyal than mobile ones?", ["support"]),  # the same points, a wrong database
+             ("Which album has the most tracks?", ["chinook"])]  # no two values of one column
+    report = check.where_it_fires(cases, lambda question: demo_index.route(question, "admin"))
+    assert report["fires"] == {"right only": 1, "wrong only": 1, "both": 0, "none": 1}
+    assert report["top1_with"] == report["top1_without"] == pytest.approx(2 / 3, abs=1e-4) and not report["changed"]
+    right = check.where_it_fires(cases[:1], lambda question: demo_index.route(question, "admin"))
+    assert right["margin_with"] == pytest.approx(right["margin_without"] + 0.02, abs=1e-3)  # 1 point, at 0.02

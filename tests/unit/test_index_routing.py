@@ -196,6 +196,18 @@ def test_a_stop_word_a_value_shares_with_the_question_counts_nothing(demo_index)
     assert found["chinook"]["lexical"] == pytest.approx(1.0)
 
 
+def test_two_values_of_one_column_name_the_column(demo_index) -> None:
+    # "urgent" and "low" are two priorities of a ticket: the question sets them side by side, which names the
+    # column as its name would (1 point); "urgent" and "chat", a priority and a channel, name two columns' values only
+    def lexical(question: str) -> float:
+        found = {c.datasource_id: c.evidence for c in demo_index.route(question, "admin").candidates}
+        return found["support"]["lexical"]
+
+    one = lexical("Are urgent tickets answered sooner?")
+    assert lexical("Are urgent tickets answered sooner than low ones?") == pytest.approx(one + 2.0 + 1.0)
+    assert lexical("Are urgent chat tickets answered sooner?") == pytest.approx(one + 2.0)
+
+
 def test_a_customer_named_in_full_routes_to_the_database_of_customers(demo_index) -> None:
     # first and last names are one value a row (no sample values): they are name values, matched, never shown
     routing = demo_index.route("What did Leonie Köhler buy from us in 2009?", "admin")
