@@ -729,6 +729,16 @@ class Written:
     columns: frozenset[str]
 
 
+def own_columns(table: Table) -> list[Column]:
+    """A table's columns but its key and the padding every table shares: what a question about it names."""
+    return [c for c in table.columns[1:] if c not in PADDING_COLUMNS]
+
+
+def an_entity(db: Database, rng: random.Random) -> Table:
+    """One of a database's core tables (those with everyday names), drawn at random."""
+    return rng.choice([t for t in db.tables if t.phrases])
+
+
 def questions_for(table: Table, by_name: dict[str, Table], rng: random.Random) -> list[str]:
     """Questions about one core table, phrased with its everyday names (one per applicable template)."""
     return [w.text for w in written_for(table, by_name, rng)]
@@ -736,7 +746,7 @@ def questions_for(table: Table, by_name: dict[str, Table], rng: random.Random) -
 
 def written_for(table: Table, by_name: dict[str, Table], rng: random.Random) -> list[Written]:
     """`questions_for`'s questions with what each reads."""
-    cols = [c for c in table.columns[1:] if c not in PADDING_COLUMNS]
+    cols = own_columns(table)
     measures = [c for c in cols if c.kind in MEASURES]
     cats = [c for c in cols if c.kind == "cat"]
     dates = [c for c in cols if c.kind in ("date", "ts")]
@@ -815,9 +825,8 @@ def cross_questions(bed: list[Database], seed: int, n: int = 160) -> list[tuple[
     out = []
     for _ in range(n):
         first, second = rng.sample(bed, 2)
-        a = rng.choice([t for t in first.tables if t.phrases])
-        b = rng.choice([t for t in second.tables if t.phrases])
-        measures = [c for c in a.columns[1:] if c.kind in MEASURES and c not in PADDING_COLUMNS]
+        a, b = an_entity(first, rng), an_entity(second, rng)
+        measures = [c for c in own_columns(a) if c.kind in MEASURES]
         template = rng.choice([t for t in CROSS_TEMPLATES if measures or "{m}" not in t])
         text = template.format(A=rng.choice(a.phrases), B=rng.choice(b.phrases),
                                m=words(rng.choice(measures).name) if measures else "")
@@ -848,9 +857,9 @@ def joined_questions(bed: list[Database], seed: int, n: int = 160) -> list[tuple
     out: list[tuple[str, str]] = []
     while len(out) < n:
         db = rng.choice(bed)
-        table = rng.choice([t for t in db.tables if t.phrases])
+        table = an_entity(db, rng)
         by_name = {t.name: t for t in db.tables}
-        cols = [c for c in table.columns[1:] if c not in PADDING_COLUMNS]
+        cols = own_columns(table)
         kinds = {"{m}": [c for c in cols if c.kind in MEASURES], "{cat}": [c for c in cols if c.kind == "cat"],
                  "{d}": [c for c in cols if c.kind in ("date", "ts")],
                  "{P}": [by_name[c.ref] for c in cols if c.kind == "fk" and c.ref in by_name and by_name[c.ref].phrases]}
@@ -890,11 +899,12 @@ def compared_questions(bed: list[Database], seed: int, n: int = 160) -> list[tup
     out: list[tuple[str, str]] = []
     while len(out) < n:
         db = rng.choice(bed)
-        table = rng.choice([t for t in db.tables if t.phrases])
+        table = an_entity(db, rng)
+        cols = own_columns(table)
         held = {c.name: sorted({str(row[i]) for row in table.rows if row[i] is not None})
-                for i, c in enumerate(table.columns) if c.kind == "cat" and c not in PADDING_COLUMNS}
+                for i, c in enumerate(table.columns) if c.kind == "cat" and c in cols}
         held = {name: values for name, values in held.items() if len(values) >= 2}
-        measures = [c for c in table.columns[1:] if c.kind in MEASURES and c not in PADDING_COLUMNS]
+        measures = [c for c in cols if c.kind in MEASURES]
         template = rng.choice([t for t in COMPARED_TEMPLATES if measures or "{m}" not in t])
         if not held:
             continue

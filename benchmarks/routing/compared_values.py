@@ -37,16 +37,15 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE))
+sys.path[:0] = [str(HERE), str(HERE.parent / "retrieval")]
 
+from chinook_quality import build as build_demo  # noqa: E402
 from wide_bed import build_bed, commit, first_right, load_schemas, log, route_on_bed, routing  # noqa: E402
 
-from nl2sql.demo import init_demo  # noqa: E402
 from nl2sql.index.embed import Embedder  # noqa: E402
 from nl2sql.index.retrieve import Retriever  # noqa: E402
-from nl2sql.index.service import IndexService, build_configured  # noqa: E402
+from nl2sql.index.service import IndexService  # noqa: E402
 from nl2sql.index.store import StateStore  # noqa: E402
-from nl2sql.project import load_project  # noqa: E402
 
 FROZEN = HERE / "compared_values.yaml"
 SUITE = ROOT / "suites" / "routing.yaml"
@@ -83,12 +82,8 @@ def where_it_fires(cases: Sequence[tuple[str, list[str]]], routed: Callable[[str
 
 def demo_sets(work: Path) -> dict[str, Any]:
     """The frozen demo set and the routing suite, on a fresh demo build."""
-    init_demo(work, env={})
-    config = load_project(work / "nl2sql.yaml")
-    store = StateStore(config.state_dir)
-    embedder = Embedder(threads=2)
-    build_configured(config, store, embedder)
-    service = IndexService(config, store, Retriever(store, embedder))
+    config, retriever = build_demo(work)
+    service = IndexService(config, retriever.store, retriever)
 
     def cases_of(path: Path) -> list[tuple[str, list[str]]]:
         return [(c["question"], c["datasources"]) for c in yaml.safe_load(path.read_text())["cases"]]
@@ -98,7 +93,7 @@ def demo_sets(work: Path) -> dict[str, Any]:
 
     report = {"compared_values.yaml": where_it_fires(cases_of(FROZEN), routed),
               "suites/routing.yaml": where_it_fires(cases_of(SUITE), routed)}
-    store.close()
+    retriever.store.close()
     return report
 
 
