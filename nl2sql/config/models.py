@@ -190,7 +190,11 @@ class UserConfig(Strict):
     description: str = ""
     roles: Annotated[list[str], Field(min_length=1)]
     token_sha256: str | None = Field(default=None, description="Hex SHA-256 of the user's approval token "
-                                     "(`nl2sql approvals token` makes one); approvers need it.")
+                                     "(`nl2sql approvals token` makes one); approvers need it or "
+                                     "token_public_key.")
+    token_public_key: str | None = Field(default=None, description="The Ed25519 public key the user's approval "
+                                         "token derives (`nl2sql approvals token` prints it): checks the signed "
+                                         "answers `nl2sql approve` sends in place of the token.")
     mcp_token_sha256: str | None = Field(default=None, description="Hex SHA-256 of the user's bearer token for the "
                                          "MCP server over HTTP (`nl2sql mcp token` makes one); without it the user "
                                          "cannot reach that server.")
@@ -203,6 +207,15 @@ class UserConfig(Strict):
                                "paste the hash `nl2sql approvals token` (or `nl2sql mcp token`) prints, never the "
                                "token itself")
         return value.lower() if value else value
+
+    @field_validator("token_public_key")
+    @classmethod
+    def _public_key(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]", value):
+            raise config_error("is not an Ed25519 public key (43 URL-safe base64 characters)",
+                               "paste the token_public_key line `nl2sql approvals token` prints, never the token "
+                               "itself")
+        return value
 
 
 class PoliciesConfig(Strict):
@@ -468,6 +481,22 @@ class PipelineSettings(Strict):
         "on the result. The checks' own queries run only when no hook watches execute.before.")
 
 
+def parse_bytes(text: str) -> int:
+    """Bytes in a size such as '768MB', '1GiB' or '512 KB' (decimal and binary units alike, as DuckDB reads them).
+
+    >>> parse_bytes("768MB"), parse_bytes("1GiB")
+    (768000000, 1073741824)
+    """
+    number = text.strip().upper().rstrip("B").rstrip()
+    binary = number.endswith("I")
+    number = number.rstrip("I")
+    scale = 1024 if binary else 1000
+    powers = {"K": 1, "M": 2, "G": 3, "T": 4}
+    if number and number[-1] in powers:
+        return int(float(number[:-1]) * scale ** powers[number[-1]])
+    return int(float(number))
+
+
 class ResourceSettings(Strict):
     """What one statement may use: rows, bytes, memory and threads. No CLI flag lifts these."""
 
@@ -485,6 +514,23 @@ class ResourceSettings(Strict):
         description="DuckDB: the most a statement may spill to disk past its memory limit (DuckDB spills beside the "
         "database file, `<file>.tmp`: its external access is off, so no other folder can be set); '0B', the "
         "default, makes a statement over the limit fail instead.")
+    statement_process_memory: str = Field(
+        default="768MB", pattern=r"^\d+(\.\d+)?\s*[KMGT]?i?B$",
+        description="SQLite and DuckDB: callers' statements run in worker processes, each of whose private memory "
+        "(RLIMIT_DATA) is bounded by this: what DuckDB allocates outside `duckdb_memory_limit` (strings from "
+        "repeat() or string_agg(), lists, regex results) fails there with an out-of-memory error, and a statement "
+        "that overruns its timeout by 2 s is stopped with its process. Must exceed `duckdb_memory_limit` by at least "
+        "128 MiB (the process's own memory).")
+    statement_processes: int = Field(default=2, ge=1, le=64, description="SQLite and DuckDB: how many worker "
+                                     "processes may run one datasource's statements at once (more wait for one).")
+
+    @model_validator(mode="after")
+    def _process_holds_duckdb(self) -> ResourceSettings:
+        if parse_bytes(self.statement_process_memory) < parse_bytes(self.duckdb_memory_limit) + 128 * 2**20:
+            raise ValueError(f"statement_process_memory ({self.statement_process_memory}) must exceed "
+                             f"duckdb_memory_limit ({self.duckdb_memory_limit}) by at least 128 MiB: the worker "
+                             "process holds DuckDB's memory and its own")
+        return self
 
 
 class PrefectSettings(Strict):

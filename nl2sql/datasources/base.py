@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import ObjectKind
 from sqlglot import exp
 
-from nl2sql.config.models import ProfileSettings, ResourceSettings
+from nl2sql.config.models import ProfileSettings, ResourceSettings, parse_bytes
 from nl2sql.datasources.guard import guard_sql, sqlglot_dialect
 from nl2sql.datasources.models import (
     ColumnInfo,
@@ -34,6 +34,7 @@ from nl2sql.datasources.models import (
     TableInfo,
 )
 from nl2sql.datasources.redact import redact_driver_message
+from nl2sql.datasources.worker import AdapterSpec, WorkerPool
 from nl2sql.errors import DatasourceError, QueryTimeout, ResultTooLarge, SecurityViolation
 
 if TYPE_CHECKING:
@@ -176,9 +177,16 @@ class Adapter(ABC):
     #: Schemas never reflected (catalogs of the engine itself).
     system_schemas: ClassVar[frozenset[str]] = frozenset({"information_schema", "pg_catalog", "pg_toast"})
 
+    #: Callers' statements run in worker processes with a memory bound (`nl2sql/datasources/worker.py`): set by
+    #: engines that allocate outside their own accounting or stop looking at an interrupt while they allocate.
+    runs_in_worker: ClassVar[bool] = False
+
     def __init__(self, datasource_id: str, url: str, *, schemas: Sequence[str] | None = None,
                  base_dir: Path | None = None, resources: ResourceSettings | None = None,
                  max_result_bytes: int | None = None) -> None:
+        self._spec = AdapterSpec(f"{type(self).__module__}:{type(self).__qualname__}", {
+            "datasource_id": datasource_id, "url": url, "schemas": schemas, "base_dir": base_dir,
+            "resources": resources, "max_result_bytes": max_result_bytes})
         self.datasource_id = datasource_id
         self.url = sa.make_url(url)
         self.schemas = list(schemas) if schemas else None
@@ -205,8 +213,17 @@ class Adapter(ABC):
     def create_engine(self) -> sa.Engine:
         """Open an engine whose connections cannot write."""
 
+    @cached_property
+    def _workers(self) -> WorkerPool:
+        """The worker processes that run callers' statements (adapters with `runs_in_worker`)."""
+        return WorkerPool(self._spec, memory_bytes=parse_bytes(self.resources.statement_process_memory),
+                          size=self.resources.statement_processes)
+
     def close(self) -> None:
-        """Release pooled connections."""
+        """Release pooled connections and stop the worker processes."""
+        if "_workers" in self.__dict__:
+            self._workers.close()
+            del self.__dict__["_workers"]
         if "engine" in self.__dict__:
             self.engine.dispose()
             del self.__dict__["engine"]
@@ -456,18 +473,25 @@ class Adapter(ABC):
         started = time.perf_counter()
         deadline = time.monotonic() + timeout_s
         row_limit = max(1, min(row_limit, self.resources.max_rows))
-        description, rows = self._fetch(sql, row_limit=row_limit + 1, timeout_s=timeout_s, scope=scope)
-        names = [d[0] for d in description]
+        if self.runs_in_worker:
+            description, rows, sent = self._workers.fetch(sql, row_limit=row_limit + 1, timeout_s=timeout_s,
+                                                          scope=scope, datasource=self.datasource_id)
+            deadline = sent + timeout_s
+        else:
+            description, rows = self._fetch(sql, row_limit=row_limit + 1, timeout_s=timeout_s, scope=scope)
+        given = [d[0] for d in description]
+        names = distinct_column_names(given)
         truncated = len(rows) > row_limit
         frame = pd.DataFrame.from_records(list(rows[:row_limit]), columns=names) if names else pd.DataFrame()
-        columns = [ColumnMeta(name=d[0], type=self.type_name(d[1])) for d in description]
+        columns = [ColumnMeta(name=name, type=self.type_name(d[1])) for name, d in zip(names, description, strict=True)]
         for meta, dtype in zip(columns, frame.dtypes, strict=False):
             if meta.type is None and len(frame):
                 meta.type = str(dtype)
         if time.monotonic() > deadline:
             raise self._timeout(timeout_s)
         return ExecutionResult(frame=frame, columns=columns, truncated=truncated,
-                               elapsed_ms=(time.perf_counter() - started) * 1000, sql=sql)
+                               elapsed_ms=(time.perf_counter() - started) * 1000, sql=sql,
+                               repeated_names=sorted({n for n in given if given.count(n) > 1}))
 
     def _fetch(self, sql: str, *, row_limit: int, timeout_s: float,
                scope: Scope | None = None) -> tuple[Sequence[Any], list[tuple]]:
@@ -564,6 +588,25 @@ def _unchanged_tables(previous: SchemaSnapshot | None,
     names = {name for _, name in same}
     return {key: t.model_copy(update={"row_count": None, "row_count_estimated": False})
             for key, t in same.items() if all(fk.ref_table in names for fk in t.foreign_keys)}
+
+
+def distinct_column_names(names: Sequence[str]) -> list[str]:
+    """A result's column names made distinct, so that no column is lost where results are keyed by name (JSON
+    rows, DataFrames): a repeated name gets the first free suffix `_1`, `_2`, ….
+
+    >>> distinct_column_names(["x", "x", "x_1", "y"])
+    ['x', 'x_2', 'x_1', 'y']
+    """
+    taken, used = set(names), set()
+    out = []
+    for name in names:
+        candidate, n = name, 0
+        while candidate in used or (n and candidate in taken):  # never a name a later column holds
+            n += 1
+            candidate = f"{name}_{n}"
+        used.add(candidate)
+        out.append(candidate)
+    return out
 
 
 def _row_bytes(row: Sequence[Any]) -> int:

@@ -11,11 +11,14 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
+from sqlglot import exp
 
-from nl2sql.datasources.base import Adapter, closing_cursor
+from nl2sql.datasources.base import Adapter, audit_log, closing_cursor
+from nl2sql.datasources.guard import allowed_functions
 from nl2sql.datasources.models import ColumnInfo, ExecutionResult, ForeignKey, SchemaSnapshot, TableInfo
 from nl2sql.datasources.sqlite import database_path
-from nl2sql.errors import SecurityViolation
+from nl2sql.datasources.worker import out_of_memory_error
+from nl2sql.errors import DatasourceError, SecurityViolation
 
 if TYPE_CHECKING:
     from nl2sql.policies import Scope
@@ -29,6 +32,9 @@ READ_ONLY_CONFIG = {
     # EXPLAIN shows the binder's plan too (before the optimizer folds scans away): the second lock reads it
     "explain_output": "all",
 }
+#: Names DuckDB's parser gives to syntax (LIKE … ESCAPE, list comprehensions), beside the operators' symbols.
+DUCKDB_SYNTAX_FUNCTIONS = frozenset({"like_escape", "not_like_escape", "ilike_escape", "not_ilike_escape",
+                                     "list_apply", "list_filter"})
 #: Table functions that only compute values; every other table function (catalogs, files, settings) is refused.
 VALUE_TABLE_FUNCTIONS = frozenset({"range", "generate_series", "unnest"})
 
@@ -42,10 +48,24 @@ def plan_nodes(plan: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         stack.extend(node.get("children") or [])
 
 
+def printed_table(text: str) -> tuple[str, str]:
+    """(schema, table) of a table name as EXPLAIN prints it, quotes read as DuckDB reads them: it quotes reserved
+    and odd names (`main."order"`), and a quoted name may hold a dot.
+
+    >>> printed_table('main."order"'), printed_table("sessions"), printed_table('main."we.ird"')
+    (('main', 'order'), ('', 'sessions'), ('main', 'we.ird'))
+    """
+    table = exp.to_table(text, dialect="duckdb")
+    return table.db, table.name
+
+
 class DuckDBAdapter(Adapter):
     """A DuckDB file, read-only."""
 
     name = "duckdb"
+    #: DuckDB's string, list and regex functions allocate outside its buffer manager (`memory_limit` does not see
+    #: them): a caller's statement runs in a worker process with its own memory bound.
+    runs_in_worker = True
 
     def explain_sql(self, sql: str) -> str | None:
         """DuckDB's optimizer estimate, as JSON."""
@@ -83,6 +103,7 @@ class DuckDBAdapter(Adapter):
         """The second lock: DuckDB has no authorizer, so the tables its own binder resolves for the statement (the
         unoptimized plan of EXPLAIN) are checked against the scope, and table functions that read anything but
         their arguments are refused."""
+        self._check_functions(cursor, sql)
         functions = self._table_functions
         cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}")
         plans = dict(cursor.fetchall())
@@ -90,11 +111,31 @@ class DuckDBAdapter(Adapter):
             table = (node.get("extra_info") or {}).get("Table")
             name = str(node.get("name", "")).lower()
             if table is not None:
-                *_, schema, relation = ["", "", *str(table).split(".")]
+                schema, relation = printed_table(str(table))
                 if not scope.allows(relation, None if schema in ("", "main") else schema):
                     raise SecurityViolation(datasource=self.datasource_id)
             elif name in functions and name not in VALUE_TABLE_FUNCTIONS:
                 raise SecurityViolation(datasource=self.datasource_id)
+
+    def _check_functions(self, cursor: Any, sql: str) -> None:
+        """The function allow-list again, on DuckDB's own parse of the statement (`json_serialize_sql`): a function
+        that binds SQL text (`json_serialize_plan('SELECT * FROM secret')` returns the columns of a table it never
+        scans) or reads the catalog is invisible in the plan, so a statement the guard misread is caught here."""
+        cursor.execute("SELECT json_serialize_sql(?)", [sql])
+        parsed = json.loads(cursor.fetchone()[0])
+        if parsed.get("error"):
+            raise SecurityViolation(datasource=self.datasource_id)
+        allowed = allowed_functions("duckdb")
+        stack: list[Any] = [parsed]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, dict):
+                name = str(node.get("function_name") or "").lower()
+                if name[:1].isalpha() and name not in allowed and name not in DUCKDB_SYNTAX_FUNCTIONS:
+                    raise SecurityViolation(datasource=self.datasource_id)
+                stack.extend(node.values())
+            elif isinstance(node, list):
+                stack.extend(node)
 
     def reflect(self, previous: SchemaSnapshot | None = None) -> SchemaSnapshot:
         """Reflection from DuckDB's own catalog functions (duckdb-engine's inspector lags DuckDB releases), in
@@ -158,6 +199,13 @@ class DuckDBAdapter(Adapter):
                 yield cursor
         finally:
             timer.cancel()
+
+    def _error(self, exc: BaseException, what: str) -> DatasourceError:
+        """An out-of-memory error (DuckDB's own limit, or the worker process's bound) says so, with the fix."""
+        if "out of memory" in str(getattr(exc, "orig", None) or exc).lower():
+            audit_log.info("%s ran out of memory on datasource %s: %s", what, self.datasource_id, exc)
+            return out_of_memory_error(self.datasource_id)
+        return super()._error(exc, what)
 
     def is_timeout(self, exc: BaseException) -> bool:
         """DuckDB reports `interrupt()` as an INTERRUPT error."""

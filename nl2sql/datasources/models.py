@@ -118,6 +118,8 @@ class ExecutionResult:
     elapsed_ms: float
     sql: str = ""
     warnings: list[str] = field(default_factory=list)
+    #: Names the statement gave more than one column, each kept under a suffixed name (`distinct_column_names`).
+    repeated_names: list[str] = field(default_factory=list)
 
     @property
     def row_count(self) -> int:

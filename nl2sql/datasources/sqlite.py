@@ -102,6 +102,9 @@ class SQLiteAdapter(Adapter):
     """A SQLite file, read-only."""
 
     name = "sqlite"
+    #: A sort or a temp b-tree of huge rows writes and reads for minutes between two calls of the progress handler:
+    #: a caller's statement runs in a worker process, killed when it overruns its time.
+    runs_in_worker = True
 
     def create_engine(self) -> sa.Engine:
         """A read-only engine: `mode=ro`, `PRAGMA query_only`, no attached databases, and an authorizer."""

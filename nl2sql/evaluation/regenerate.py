@@ -82,8 +82,7 @@ def _rows(catalog: DatasourceCatalog, case: EvalCase, sql: str, where: str, path
     except NL2SQLError as exc:
         raise ConfigError(ConfigProblem(str(path), where, f"the statement failed: {exc}",
                                         "fix the statement so it runs on the case's first datasource")) from exc
-    names = [str(n) for n in result.frame.columns]
-    twice = sorted({n for n in names if names.count(n) > 1})
+    twice = result.repeated_names
     if twice:
         raise ConfigError(ConfigProblem(
             str(path), where, f"the statement returns more than one column named {', '.join(map(repr, twice))}",

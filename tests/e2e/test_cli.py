@@ -147,6 +147,11 @@ def test_console_script_end_to_end(tmp_path: Path) -> None:
     assert refused.returncode == 1 and "Traceback" not in refused.stderr and refused.stdout == ""
     again = subprocess.run([exe, "init", "--demo", tmp_path / "demo"], capture_output=True, text=True)
     assert again.returncode == 2 and "--force" in again.stderr
+    for datasource in ("chinook", "webanalytics"):  # a repeated column name loses no column, and warns nothing
+        twice = subprocess.run([exe, "-c", config, "sql", "SELECT 1 AS x, 2 AS x, 3 AS x_1", "-d", datasource,
+                                "-r", "admin", "--json"], capture_output=True, text=True)
+        assert twice.returncode == 0 and twice.stderr == "", twice.stderr
+        assert json.loads(twice.stdout)["rows"] == [{"x": 1, "x_2": 2, "x_1": 3}]
 
 
 def test_retrieve_shows_the_pair_a_two_part_question_goes_to(tmp_path: Path, demo_dir: Path, demo_index) -> None:

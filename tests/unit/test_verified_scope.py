@@ -277,13 +277,13 @@ def test_brazil_and_narnia_are_refused_alike_with_no_statement(unindexed_demo: C
     from nl2sql.pipeline.inline import ask_inline
 
     statements: list[str] = []
-    real_fetch = Adapter._fetch
+    real_run = Adapter._run  # (every statement for a caller goes through it, whichever process then runs it)
 
     def spy(self: Adapter, sql: str, **kwargs: Any):
         statements.append(f"{self.datasource_id}: {sql}")
-        return real_fetch(self, sql, **kwargs)
+        return real_run(self, sql, **kwargs)
 
-    monkeypatch.setattr(Adapter, "_fetch", spy)
+    monkeypatch.setattr(Adapter, "_run", spy)
     # a reviewer shows the SQL before it is approved: it must never see a denied verified query's
     review = HookConfig(use="sql_review", options={"tables": ["chinook.*"]}, approver_roles=["admin"])
     runtime = Runtime(unindexed_demo.model_copy(update={"hooks": [review]}), observers=[])
