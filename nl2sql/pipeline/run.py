@@ -129,7 +129,8 @@ def settle_approvals(pipeline: Pipeline, ctx: RunContext, state: RunState, call:
     waiting = [sq for sq in state.sub_queries if _waiting(state, sq)]
     if not waiting or state.finished:
         return
-    answers = approve(ctx, state, [sq.approval for sq in waiting])  # type: ignore[misc]
+    with ctx.trace.waiting_for_a_person():
+        answers = approve(ctx, state, [sq.approval for sq in waiting])  # type: ignore[misc]
     go_on = []
     for sq in waiting:
         request = sq.approval

@@ -51,6 +51,7 @@ class RunTrace:
         self.started_at = time.monotonic()
         self.deadline = self.started_at + timeout_s if timeout_s else None
         self.timeout_s = timeout_s
+        self.waited_s = 0.0  # time spent waiting for a person (an approver): not the run's own time
         self.closed = False
         self._lock = threading.RLock()
         install_trace_ids()
@@ -80,8 +81,18 @@ class RunTrace:
     # --- time --------------------------------------------------------------------------------
 
     def remaining_s(self) -> float | None:
-        """Seconds left before the run's time limit (None without one)."""
-        return None if self.deadline is None else self.deadline - time.monotonic()
+        """Seconds left before the run's time limit (None without one); time waiting for a person does not count."""
+        return None if self.deadline is None else self.deadline + self.waited_s - time.monotonic()
+
+    @contextmanager
+    def waiting_for_a_person(self) -> Iterator[None]:
+        """The run's clock stands still inside: an approver's wait is bounded by its own timeout
+        (`settings.approvals.timeout_s`), not by the run's `settings.pipeline.timeout_s`."""
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.waited_s += time.monotonic() - started
 
     def elapsed_ms(self) -> float:
         """Milliseconds since the run began."""
