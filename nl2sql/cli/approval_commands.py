@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -12,7 +12,19 @@ from rich.table import Table
 from nl2sql.cli.options import JsonOption, app, console, err_console
 from nl2sql.config.models import PoliciesConfig
 from nl2sql.errors import ConfigError, ConfigProblem, NL2SQLError
-from nl2sql.policies.users import TOKEN_ENV, acting_role, new_token, token_hash, users_configured
+from nl2sql.policies.users import (
+    TOKEN_ENV,
+    acting_role,
+    new_token,
+    sign_answer,
+    token_hash,
+    token_public_key,
+    users_configured,
+)
+
+if TYPE_CHECKING:
+    from nl2sql.config import Config
+    from nl2sql.hooks.approval import ApprovalRequest
 
 approvals_app = typer.Typer(help="Statements waiting for an approver.", no_args_is_help=True)
 app.add_typer(approvals_app, name="approvals")
@@ -69,12 +81,14 @@ def approvals_list(ctx: typer.Context, user: Annotated[str | None, typer.Option(
 @approvals_app.command("token")
 def approvals_token(ctx: typer.Context, user: Annotated[str | None, typer.Option(
         "--user", help="The user the token is for (shown in the snippet to paste).")] = None) -> None:
-    """Mint a personal approval token: give the token to the approver, paste its hash into policies.users."""
+    """Mint a personal approval token: give the token to the approver, paste its hash and public key into
+    policies.users."""
     token = new_token()
     typer.echo(f"token: {token}\n(give it to the approver, and only to them: it is shown this once)\n")
     typer.echo(f"Paste under policies.users:\n  {user or 'USER'}:\n    roles: [...]\n"
-               f"    token_sha256: {token_hash(token)}\n")
-    typer.echo(f"The approver passes it with --token or ${TOKEN_ENV}, or types it into the Resume form.")
+               f"    token_sha256: {token_hash(token)}\n    token_public_key: {token_public_key(token)}\n")
+    typer.echo(f"The approver passes it with --token or ${TOKEN_ENV} (`nl2sql approve` sends a signature made "
+               "with it, never the token), or types it into the Resume form.")
 
 
 def _not_paused(run_id: str, why: str) -> typer.Exit:
@@ -93,17 +107,19 @@ def _answer(ctx: typer.Context, run_id: str, *, approve: bool, user: str, role: 
         raise NL2SQLError(f"No statement of run {run_id} waits for an approver.",
                           fix="See `nl2sql approvals list` for the runs that wait.")
     request = pending[0]["request"]
-    acting = check_approver(ApprovalRequest.model_validate(request), approve=approve, approver=user, role=role,
+    waiting = ApprovalRequest.model_validate(request)
+    acting = check_approver(waiting, approve=approve, approver=user, role=role, run_id=run_id,
                             token=token, approver_roles=request["approver_roles"], policies=config.policies,
                             allow_self_approval=config.settings.approvals.allow_self_approval)
     if approve and acting not in request["approver_roles"]:
         raise NL2SQLError(f"Role {acting!r} may not approve this statement.",
                           fix=f"Approve in one of these roles: {', '.join(request['approver_roles'])}.")
+    proof = _proof(config, waiting, approve=approve, user=user.strip(), role=acting, token=token, run_id=run_id)
     from prefect import get_client
     from prefect.client.schemas.responses import SetStateStatus
     from prefect.exceptions import ObjectNotFound
 
-    run_input = {"approve": approve, "approver": user, "role": acting, "token": token, "comment": comment,
+    run_input = {"approve": approve, "approver": user.strip(), "role": acting, "token": proof, "comment": comment,
                  "request_id": request["id"], "sql_sha256": request["sql_sha256"]}
     with get_client(sync_client=True) as client:
         try:
@@ -121,6 +137,25 @@ def _answer(ctx: typer.Context, run_id: str, *, approve: bool, user: str, role: 
     verb = "Approved" if approve else "Denied"
     console.print(f"{verb}: run {escape(run_id)} goes on ({escape(str(request['reason']))}). The run checks your identity, role and the "
                   "SQL hash before running anything.")
+
+
+def _proof(config: Config, request: ApprovalRequest, *, approve: bool, user: str, role: str, token: str,
+           run_id: str) -> str:
+    """What the answer carries in its token field: the token's signature of this answer (with policies.users;
+    nothing without, where no token is checked), never the token: Prefect keeps a resume call's input in its
+    database, and a signature is worth nothing for any other answer."""
+    from nl2sql.hooks.approval import answer_message
+
+    if config.policies.users is None:
+        return ""
+    known = config.policies.users[user]  # check_approver found the user
+    if not known.token_public_key:
+        key = f"policies.users.{user}.token_public_key"
+        raise ConfigError(ConfigProblem(str(config.path), key, "is not set, and `nl2sql approve` sends a signature "
+                                        "checked against it rather than the token itself",
+                                        f"add `token_public_key: {token_public_key(token)}` under policies.users."
+                                        f"{user} (derived from your token; it may be read by anyone)"))
+    return sign_answer(token, answer_message(request, approve=approve, approver=user, role=role, run_id=run_id))
 
 
 @app.command("approve")

@@ -106,7 +106,9 @@ def schema_command(
 @app.command("sql")
 def sql_command(
     ctx: typer.Context,
-    statement: Annotated[str, typer.Argument(help="One read-only SELECT statement.")],
+    statement: Annotated[str, typer.Argument(help="One read-only SELECT statement. One that starts with '-' (a "
+                                             "leading '--' comment) goes after `--`, every option before it: "
+                                             "nl2sql sql -d chinook -- \"-- note …\".")],
     datasource: Annotated[str, typer.Option("--datasource", "-d", help="Datasource id to run it on.")],
     role: RoleOption = None,
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="Row limit (default: settings.pipeline.row_limit; "

@@ -1,11 +1,17 @@
 """Handing a question to a running `nl2sql serve` (its question desk), and reading back its events and result:
-the engine is warm there, so the question skips this process's imports, Prefect's start and the index loads."""
+the engine is warm there, so the question skips this process's imports, Prefect's start and the index loads.
+
+A desk that resets or refuses the connection before it answers (a full backlog, a serve stopping) is tried
+again a few times, then the question is asked here: the asker gets an answer either way, never a traceback. Once
+the desk has answered, the run is under way there, so a connection lost after that is an error, not a second run.
+"""
 
 from __future__ import annotations
 
 import http.client
 import json
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +25,10 @@ if TYPE_CHECKING:
 
 #: The file `nl2sql serve` writes in the state folder (flows/desk.py; not imported here: it imports Prefect).
 DESK_FILE = "serve-desk.json"
+#: The waits before each try again of a desk that reset or refused the connection (then: ask here).
+RETRY_WAITS_S = (0.1, 0.4)
+#: Connection failures before the desk answered that are worth another try (it may be busy or restarting).
+_TRANSIENT = (ConnectionResetError, ConnectionRefusedError, ConnectionAbortedError, BrokenPipeError)
 
 
 @dataclass(frozen=True)
@@ -45,29 +55,49 @@ def hand_over(desk: Desk, parameters: dict[str, Any], on_event: Callable[[Event]
     from nl2sql.events import Event
     from nl2sql.pipeline.result import QueryResult
 
-    connection = http.client.HTTPConnection("127.0.0.1", desk.port, timeout=5)
-    try:
-        connection.request("POST", "/ask", body=json.dumps(parameters).encode(),
-                           headers={"Authorization": f"Bearer {desk.token}", "Content-Type": "application/json"})
-        connection.sock.settimeout(None)  # a run may wait long between two lines (for an approver)
-        response = connection.getresponse()
-    except OSError:
-        return None
+    body = json.dumps(parameters).encode()
+    for wait in (*RETRY_WAITS_S, None):
+        connection = http.client.HTTPConnection("127.0.0.1", desk.port, timeout=5)
+        try:
+            connection.request("POST", "/ask", body=body, headers={"Authorization": f"Bearer {desk.token}",
+                                                                   "Content-Type": "application/json"})
+            connection.sock.settimeout(None)  # a run may wait long between two lines (for an approver)
+            response = connection.getresponse()
+        except _TRANSIENT:  # turned away before it answered (RemoteDisconnected is a reset too)
+            connection.close()
+            if wait is None:
+                return None
+            time.sleep(wait)
+            continue
+        except (OSError, http.client.HTTPException):  # no desk there, or not one that speaks HTTP: ask here
+            connection.close()
+            return None
+        break
     try:
         if response.status != 200:  # a desk of another process, or of another token: ask here
             return None
-        for raw in response:
-            line = json.loads(raw)
-            if "event" in line:
-                if on_event is not None:
-                    on_event(Event.model_validate(line["event"]))
-            elif "result" in line:
-                return QueryResult.model_validate(line["result"])
-            else:
-                error = line["error"]
-                raise HandedOverError(error["code"], error["message"], fix=error.get("fix"),
-                                      exit_code=int(error["exit_code"]))
+        return _read_run(response, on_event, Event, QueryResult)
+    except (OSError, http.client.HTTPException, ValueError, KeyError, TypeError):
+        pass  # the connection broke, or a line came cut short: the run went on at the desk
     finally:
         connection.close()
     raise HandedOverError("ENGINE_FAULT", "`nl2sql serve` stopped before the question finished.",
-                          fix="See its output; ask again.", exit_code=1)
+                          fix="See its output; ask again.",
+                          exit_code=1)
+
+
+def _read_run(response: http.client.HTTPResponse, on_event: Callable[[Event], None] | None,
+              event_type: type[Event], result_type: type[QueryResult]) -> QueryResult:
+    """The desk's lines: each event to `on_event`, then the result, or the run's own error raised."""
+    for raw in response:
+        line = json.loads(raw)
+        if "event" in line:
+            if on_event is not None:
+                on_event(event_type.model_validate(line["event"]))
+        elif "result" in line:
+            return result_type.model_validate(line["result"])
+        else:
+            error = line["error"]
+            raise HandedOverError(error["code"], error["message"], fix=error.get("fix"),
+                                  exit_code=int(error["exit_code"]))
+    raise ConnectionResetError("the desk closed the answer early")

@@ -136,14 +136,25 @@ def index_diff_command(
     datasource: Annotated[str, typer.Argument(help="Datasource id.")],
     version: Annotated[str | None, typer.Option("--version", help="A build id (`nl2sql index versions`; default: "
                                                 "the live build).")] = None,
+    role: RoleOption = None,
+    user: UserOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """What a build of the index changed in the schema, against the build before it."""
-    from nl2sql.errors import NL2SQLError, did_you_mean
+    """What a build of the index changed in the schema, against the build before it: only the tables the role
+    may read (default: policies.default_role)."""
+    from nl2sql.errors import NL2SQLError, SecurityViolation, did_you_mean
     from nl2sql.index.store import StateStore
+    from nl2sql.policies import role_rules, scope
+    from nl2sql.policies.users import acting_role
+    from nl2sql.verified.scope import allows_table
 
     config = ctx.obj.config()
+    acting = acting_role(config.policies, user, role) or config.policies.default_role  # the caller, checked first
+    role_rules(config.policies, acting)  # an unknown role is a usage error
     config.datasource(datasource)
+    caller = scope(config.policies, acting, datasource)
+    if not caller.reachable:
+        raise SecurityViolation(datasource=datasource)
     store = StateStore(config.state_dir)
     builds = {b.build_id: b for b in store.builds(datasource) if b.status == "committed"}
     build = store.live_build(datasource) if version is None else builds.get(version)
@@ -157,10 +168,11 @@ def index_diff_command(
     if not found:
         raise NL2SQLError(f"No schema diff is recorded for build {build.build_id}.",
                           fix=f"See `nl2sql index versions {datasource}`.")
-    old, new, _, diff = found[-1]
+    old, new, _, recorded = found[-1]
+    diff = recorded.scoped(lambda table: allows_table(caller, table))  # denied tables and columns are not named
     if as_json:
-        typer.echo(json.dumps({"build_id": build.build_id, "from_fingerprint": old, "to_fingerprint": new,
-                               **diff.model_dump(mode="json")}, indent=2))
+        typer.echo(json.dumps({"build_id": build.build_id, "role": acting, "from_fingerprint": old,
+                               "to_fingerprint": new, **diff.model_dump(mode="json")}, indent=2))
         return
     from nl2sql.index.drift import diff_lines
 

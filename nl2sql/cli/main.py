@@ -51,6 +51,11 @@ def main(argv: list[str] | None = None) -> None:
             show()
         else:
             err_console.print(f"[bold red]error[/]: {escape(str(exc))}")
+        option = getattr(exc, "option_name", None)
+        if isinstance(option, str) and any(c.isspace() for c in option):  # a statement read as an option
+            err_console.print("An argument that starts with '-' (a statement's leading '--' comment) goes after "
+                              "`--`, every option before it: nl2sql sql -d DATASOURCE -- \"-- note …\"",
+                              soft_wrap=True, markup=False)
         sys.exit(2)
     except NL2SQLError as exc:
         err_console.print(f"[bold red]error[/] [dim]{exc.code}[/]: {escape(str(exc))}", soft_wrap=True)

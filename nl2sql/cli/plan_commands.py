@@ -116,4 +116,4 @@ def _validated(config: Config, plan: PlanModel, datasource: str, role: str | Non
             snapshot = catalog.get(datasource).reflect()
     else:
         snapshot = adapter.reflect()
-    return validate_plan(plan, snapshot, caller)
+    return validate_plan(plan, snapshot, caller, max_limit=config.settings.resources.max_rows)

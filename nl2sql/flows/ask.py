@@ -197,7 +197,8 @@ def wait_for_answer(ctx: RunContext, state: RunState, request: ApprovalRequest) 
         if given is not None:
             try:
                 role = check_approver(request, approve=given.approve, approver=given.approver, role=given.role,
-                                      token=given.token.get_secret_value(), approver_roles=approver_roles,
+                                      run_id=trace_id, token=given.token.get_secret_value(),
+                                      approver_roles=approver_roles,
                                       policies=ctx.config.policies,
                                       allow_self_approval=settings.allow_self_approval)
             except ApprovalRejected as exc:

@@ -3,17 +3,20 @@ engine with its index, embedder and connections loaded once), still as a flow ru
 result go back as JSON lines over loopback while it runs.
 
 Who may hand a question over: whoever reads the desk's file in the project's state folder (it holds a token;
-written mode 0600), that is, whoever could read the project's state and ask the question themselves.
+written mode 0600), that is, whoever could read the project's state and ask the question themselves. Any other
+request is answered 401 (no or a wrong token, whatever bytes it holds) or 404 (another path), and nothing a
+client sends ends in a traceback.
 """
 
 from __future__ import annotations
 
 import contextvars
-import hmac
 import json
+import logging
 import os
 import queue
 import secrets
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,11 +26,20 @@ from nl2sql.errors import EngineFault, NL2SQLError, exit_code_of
 from nl2sql.events import Event
 from nl2sql.flows.ask import ASK_LISTENERS, ask_here, runtime_for
 from nl2sql.index.embed import shared_embedder
+from nl2sql.policies.users import same_secret
+from nl2sql.private_files import private_folder
+
+log = logging.getLogger("nl2sql.desk")
 
 #: The desk's address and token, in the project's state folder.
 DESK_FILE = "serve-desk.json"
 #: The parameters of `ask` a handed-over question may set (the project is the desk's).
 ASK_PARAMETERS = ("question", "role", "user_id", "datasource_id", "execute")
+#: Connections the kernel holds for the desk while its thread accepts others: many `nl2sql ask` at once (a
+#: script, a team) must wait their turn, not be reset (socketserver's default is 5).
+LISTEN_BACKLOG = 128
+#: The largest question body the desk reads (a question and its few parameters).
+MAX_BODY_BYTES = 1 << 20
 _relay_to: contextvars.ContextVar[queue.Queue | None] = contextvars.ContextVar("nl2sql_desk_queue", default=None)
 
 
@@ -36,6 +48,30 @@ def _relay(event: Event) -> None:
     outbox = _relay_to.get()
     if outbox is not None:
         outbox.put(event)
+
+
+def _drain(request: BaseHTTPRequestHandler) -> None:
+    """Read a turned-away request's body (at most MAX_BODY_BYTES): a connection closed with bytes unread is reset,
+    and the client could lose the reply."""
+    try:
+        length = int(request.headers.get("Content-Length") or 0)
+        if 0 < length <= MAX_BODY_BYTES:
+            request.rfile.read(length)
+    except (ValueError, OSError):
+        pass
+
+
+class DeskServer(ThreadingHTTPServer):
+    """The desk's HTTP server: a backlog fit for many askers at once, a thread per question, and a request that
+    fails logged in one line (never a traceback on serve's output)."""
+
+    request_queue_size = LISTEN_BACKLOG
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """One line for a request the handler failed on (the connection is then closed)."""
+        log.warning("the question desk dropped a request from %s: %s", client_address[0],
+                    type(sys.exc_info()[1]).__name__)
 
 
 class QuestionDesk:
@@ -54,8 +90,7 @@ class QuestionDesk:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = DeskServer(("127.0.0.1", 0), Handler)
 
     def start(self) -> None:
         """Load the engine, listen, and tell `nl2sql ask` where (the desk file)."""
@@ -66,7 +101,7 @@ class QuestionDesk:
         if _relay not in ASK_LISTENERS:
             ASK_LISTENERS.append(_relay)
         threading.Thread(target=self.server.serve_forever, name="nl2sql-desk", daemon=True).start()
-        self.file.parent.mkdir(parents=True, exist_ok=True)
+        private_folder(self.file.parent)
         descriptor = os.open(self.file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(descriptor, "w") as out:
             json.dump({"pid": os.getpid(), "port": self.server.server_address[1], "token": self.token}, out)
@@ -79,15 +114,29 @@ class QuestionDesk:
 
     def answer(self, request: BaseHTTPRequestHandler) -> None:
         """One handed-over question: its events as they come, then its result (or its error), one JSON per line."""
-        given = request.headers.get("Authorization", "").removeprefix("Bearer ")
-        if request.path != "/ask" or not hmac.compare_digest(given, self.token):
-            request.send_error(403)
+        given = request.headers.get("Authorization", "")  # header text: any bytes, as latin-1
+        scheme, _, presented = given.partition(" ")
+        # Compared whatever was sent (no early answer to time); same_secret takes any text of any length.
+        if not same_secret(presented, self.token) or scheme.lower() != "bearer":
+            _drain(request)
+            request.send_response(401)
+            request.send_header("WWW-Authenticate", "Bearer")
+            request.send_header("Content-Length", "0")
+            request.end_headers()
+            return
+        if request.path != "/ask":
+            _drain(request)
+            request.send_error(404)
             return
         try:
-            body = json.loads(request.rfile.read(int(request.headers.get("Content-Length") or 0)))
+            length = int(request.headers.get("Content-Length") or 0)
+            if not 0 <= length <= MAX_BODY_BYTES:
+                raise ValueError(f"a body of {length} bytes")
+            body = json.loads(request.rfile.read(length))
             parameters = {k: body[k] for k in ASK_PARAMETERS if k in body}
-            assert isinstance(parameters.get("question"), str)
-        except (ValueError, AssertionError):
+            if not isinstance(parameters.get("question"), str):
+                raise ValueError("no question")
+        except (ValueError, TypeError):
             request.send_error(400)
             return
         outbox: queue.Queue[Any] = queue.Queue()

@@ -4,8 +4,10 @@ A request's id is the SHA-256 of the canonical JSON of its identifying fields (t
 asker, the hook, the datasource, the sub-query and the SQL with its hash), so an approval given for
 one statement can never cover another; the answer is accepted only from an approver holding one of
 the hook's approver roles, for the same request id and the same SQL hash. With `policies.users`, an
-approver is a configured user holding one of those roles who proves it with its approval token
-(`check_approver`); an answer that does not is no answer at all, and the run keeps waiting.
+approver is a configured user holding one of those roles who proves it with its approval token, or with
+the token's signature of the answer (`answer_message`: what `nl2sql approve` sends, so the token never
+reaches Prefect's database) (`check_approver`); an answer that does not is no answer at all, and the run
+keeps waiting.
 
 >>> request = ApprovalRequest.build(question="q", asker="ann", hook="sql_review", datasource_id="chinook",
 ...                                 sub_query_id="sq1", sql="SELECT 1", reason="reads Invoice",
@@ -24,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nl2sql.config.models import PoliciesConfig
 from nl2sql.errors import NL2SQLError
-from nl2sql.policies.users import token_matches
+from nl2sql.policies.users import is_proof, proof_matches, token_matches
 
 #: The fields the id covers (reason and approver roles are for display).
 REQUEST_ID_FIELDS = ("question", "asker", "hook", "point", "datasource_id", "sub_query_id", "sql", "sql_sha256")
@@ -104,6 +106,16 @@ def approval_problem(request: ApprovalRequest, answer: ApprovalAnswer, approver_
     return None
 
 
+def answer_message(request: ApprovalRequest, *, approve: bool, approver: str, role: str,
+                   run_id: str = "") -> bytes:
+    """What an approver's signature covers (`nl2sql.policies.users.sign_answer`): this request and its SQL in this
+    run (the same question asked again is a new run), the decision, who decides and in which role. A signature of
+    one answer is worth nothing for any other."""
+    return json.dumps({"v": 1, "run_id": run_id, "request_id": request.id, "sql_sha256": request.sql_sha256,
+                       "approve": approve, "approver": approver.strip(), "role": role.strip()},
+                      sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
 class ApprovalRejected(NL2SQLError):
     """An answer that cannot count as an approver's: no approver, no (valid) token, a role the approver does not
     hold or that may not approve, or an asker approving their own statement. The run keeps waiting."""
@@ -112,13 +124,16 @@ class ApprovalRejected(NL2SQLError):
 
 
 def check_approver(request: ApprovalRequest, *, approve: bool, approver: str, role: str, token: str,
-                   approver_roles: list[str], policies: PoliciesConfig, allow_self_approval: bool = False) -> str:
+                   approver_roles: list[str], policies: PoliciesConfig, allow_self_approval: bool = False,
+                   run_id: str = "") -> str:
     """The role an answer's approver acts in, or ApprovalRejected saying why the answer does not count.
 
     Without `policies.users` the approver and role are taken as given (both must be there). With it, the
-    approver must be a configured user whose token matches its `token_sha256` (one reason for an unknown user,
-    a missing and a wrong token alike), holding one of the hook's approver roles (`role`, or the first such role
-    of the user when empty). Unless `allow_self_approval`, the asker may not approve its own statement."""
+    approver must be a configured user whose token matches its `token_sha256` or `token_public_key`, or whose
+    token signed this very answer (`answer_message`, checked with `token_public_key`) — one reason for an unknown
+    user, a missing and a wrong token or signature alike — holding one of the hook's approver roles (`role`, or
+    the first such role of the user when empty; a signature must name `run_id`, the run that waits). Unless
+    `allow_self_approval`, the asker may not approve its own statement."""
     approver, role = approver.strip(), role.strip()
     if not approver:
         raise ApprovalRejected("the answer names no approver")
@@ -128,7 +143,9 @@ def check_approver(request: ApprovalRequest, *, approve: bool, approver: str, ro
         acting = role
     else:
         user = policies.users.get(approver)
-        if not token_matches(user, token):
+        message = answer_message(request, approve=approve, approver=approver, role=role, run_id=run_id)
+        proven = proof_matches(user, token, message) if is_proof(token) else token_matches(user, token)
+        if not proven:
             raise ApprovalRejected("the approver's token is missing or wrong")
         assert user is not None
         eligible = [r for r in user.roles if r in approver_roles]

@@ -29,6 +29,7 @@ import numpy as np
 
 from nl2sql.datasources.models import SchemaSnapshot, share_field_sets
 from nl2sql.index.chunks import BuildEntry, Entry, EntryTable, StoredEntry
+from nl2sql.private_files import private_file, private_folder
 from nl2sql.schema.snapshot import SchemaDiff
 
 #: Numbered migrations; `PRAGMA user_version` records how many have run.
@@ -166,10 +167,9 @@ class StateStore:
     """The engine's state folder: `state.db` and `index/<datasource>/<build>.faiss`."""
 
     def __init__(self, state_dir: Path) -> None:
-        self.state_dir = state_dir
-        self.index_dir = state_dir / "index"
-        self.index_dir.mkdir(parents=True, exist_ok=True)
-        self.path = state_dir / "state.db"
+        self.state_dir = private_folder(state_dir)  # profiled sample values, approvals, traces: the owner's only
+        self.index_dir = private_folder(state_dir / "index")
+        self.path = private_file(state_dir / "state.db")
         self._local = threading.local()
         with self.connect() as conn:
             self._migrate(conn)

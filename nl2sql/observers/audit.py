@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 from nl2sql.events.catalog import AUDIT_EVENTS, Event
+from nl2sql.private_files import private_file, private_folder
 
 if TYPE_CHECKING:
     from nl2sql.config.models import Config
@@ -188,9 +189,9 @@ class AuditObserver:
         by_day: dict[str, list[str]] = {}
         for day, line in batch:
             by_day.setdefault(day, []).append(line)
-        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_folder(self.folder)  # the audit trail names askers and approvers: its owner's only
         for day, lines in by_day.items():
-            fd = os.open(self.folder / f"{day}.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            fd = os.open(private_file(self.folder / f"{day}.jsonl"), os.O_WRONLY | os.O_APPEND)
             with os.fdopen(fd, "a", encoding="utf-8") as handle:
                 handle.write("".join(f"{line}\n" for line in lines))
 

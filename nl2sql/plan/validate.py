@@ -13,6 +13,7 @@ checked for buildability. Each problem has a code and a message a model can act 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,9 @@ MAX_LISTED_COLUMNS = 40
 FUNCTION_ARITY = {"round": (1, 2), "coalesce": (2, 99), "abs": (1, 1), "lower": (1, 1), "upper": (1, 1),
                   "length": (1, 1), "nullif": (2, 2), "concat": (2, 99)}
 RANKING = ("row_number", "rank", "dense_rank")
+#: The integers every supported database reads as written (signed 64-bit): SQLite turns a larger literal into
+#: an approximate REAL, and LIMIT or OFFSET past it fails in the database. A plan's numbers stay within it.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -228,9 +232,10 @@ def _key(node: m.Node) -> str:
 class PlanValidator:
     """Validates one plan (and its sub-plans) against a snapshot and a scope."""
 
-    def __init__(self, snapshot: SchemaSnapshot, scope: Scope) -> None:
+    def __init__(self, snapshot: SchemaSnapshot, scope: Scope, max_limit: int | None = None) -> None:
         self.snapshot = snapshot
         self.scope = scope
+        self.max_limit = INT64_MAX if max_limit is None else max_limit
         self.allowed = [t for t in snapshot.tables if scope.allows(t.name, t.schema_name)]
         self.issues: list[PlanIssue] = []
         self.repairs: list[PlanIssue] = []
@@ -361,10 +366,13 @@ class PlanValidator:
         for i, item in enumerate(plan.order_by):
             self.expr(item.expr, frame, "order_by", f"{path}.order_by[{i}]")
             self._not_constant(item.expr, "order_by", f"{path}.order_by[{i}]")
-        for name in ("limit", "offset"):
+        for name, ceiling in (("limit", self.max_limit), ("offset", INT64_MAX)):
             value = getattr(plan, name)
             if value is not None and value < 0:
                 self.issue("BAD_LIMIT", f"{name} must be 0 or more, not {value}.", f"{path}.{name}")
+            elif value is not None and value > ceiling:
+                why = " (settings.resources.max_rows)" if name == "limit" and ceiling != INT64_MAX else ""
+                self.issue("BAD_LIMIT", f"{name} must be at most {ceiling}{why}, not {value}.", f"{path}.{name}")
         self._grouping(plan, frame, path)
         plan.joins.extend(frame.added_joins)
         return frame
@@ -608,6 +616,7 @@ class PlanValidator:
         if isinstance(node, m.ColumnRef):
             return self.column(node, frame, clause, path)
         if isinstance(node, m.Value):
+            self._number_in_range(node.value, path)
             return value_dtype(node.value)
         if isinstance(node, m.Aggregate):
             if clause in ("where", "group_by", "join"):
@@ -661,6 +670,17 @@ class PlanValidator:
             self._sub_plan(node.plan, frame, f"{path}.plan", one_column=True)
             return None
         raise TypeError(f"unknown expression node {type(node).__name__}")  # pragma: no cover
+
+    def _number_in_range(self, value: object, path: str) -> None:
+        """Refuse a literal number the databases would not read as written (rather than fail or round there)."""
+        if isinstance(value, bool):
+            return
+        if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+            self.issue("BAD_NUMBER", f"The number {value} is out of range: integers must lie between {INT64_MIN} "
+                       f"and {INT64_MAX}. Use a smaller number, or write it as a decimal (1e30).", path)
+        elif isinstance(value, float) and not math.isfinite(value):
+            self.issue("BAD_NUMBER", f"{value} is not a number a database can compare with. Use a finite number.",
+                       path)
 
     def _window(self, node: m.Window, frame: VisibleNames, clause: str, path: str) -> None:
         if clause not in ("select", "order_by"):
@@ -863,15 +883,16 @@ def _keyed_by(info: TableInfo, alias: str, grouped: set[tuple[str, str]]) -> boo
 
 
 def validate_plan(plan: m.PlanModel, snapshot: SchemaSnapshot, scope: Scope,
-                  question: str | None = None) -> ValidatedPlan:
+                  question: str | None = None, *, max_limit: int | None = None) -> ValidatedPlan:
     """Check a plan against the snapshot and the caller's scope; the resolved plan, or an error.
 
     Raises SecurityViolation (generic sentence, no names) when the plan reads a table out of scope,
     and PlanValidationError listing every other problem. `question`: a model's plan's question (a join it
-    invented may then be dropped, `INVENTED_JOIN`).
+    invented may then be dropped, `INVENTED_JOIN`). `max_limit`: the largest limit a plan may set
+    (settings.resources.max_rows; default: the largest 64-bit integer, as for offset and literal numbers).
     """
     resolved = plan.model_copy(deep=True)
-    validator = PlanValidator(snapshot, scope)
+    validator = PlanValidator(snapshot, scope, max_limit)
     validator.check_scope(resolved, question)
     validator.plan(resolved, "plan")
     if validator.issues:

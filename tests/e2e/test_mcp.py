@@ -229,7 +229,8 @@ def test_http_refuses_a_request_without_a_valid_token(http_server: str) -> None:
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
     headers = {"Accept": "application/json, text/event-stream"}
     for auth in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Bearer {ANN_TOKEN}x"},
-                 {"Authorization": ANN_TOKEN}):
+                 {"Authorization": ANN_TOKEN}, {"Authorization": "Bearer é-not-ascii".encode()},
+                 {"Authorization": b"Bearer \xff\xfe\x80"}):
         response = httpx.post(http_server, json=hello, headers={**headers, **auth}, timeout=10)
         assert response.status_code == 401, (auth, response.text)
         assert "ann" not in response.text
@@ -269,7 +270,8 @@ def test_a_token_names_the_one_user_whose_hash_it_matches() -> None:
     assert tokens.hashes == {"ann": token_hash(ANN_TOKEN)}  # cid has an approval token only
     ann = asyncio.run(tokens.verify_token(ANN_TOKEN))
     assert ann is not None and (ann.client_id, ann.subject) == ("ann", "ann")
-    for wrong in ("", "cid-approval-token", ANN_TOKEN.upper(), token_hash(ANN_TOKEN)):
+    for wrong in ("", "cid-approval-token", ANN_TOKEN.upper(), token_hash(ANN_TOKEN), "é" * 40, "\udcff\udc80",
+                  ANN_TOKEN + "\x00"):
         assert asyncio.run(tokens.verify_token(wrong)) is None
 
 

@@ -20,7 +20,7 @@ from nl2sql.config import Config
 from nl2sql.index.store import StateStore
 from nl2sql.llm.fake import FakeLLMServer
 from nl2sql.pipeline import QueryResult
-from nl2sql.policies.users import token_hash
+from nl2sql.policies.users import token_hash, token_public_key
 from tests.support.ask import INVOICE_PLAN, ModelScript, write_ask_project
 from tests.support.prefect_server import steady_prefect_server
 
@@ -28,9 +28,9 @@ pytestmark = pytest.mark.prefect
 QUESTION = "What is the total of all invoices ever?"
 REVIEW = [{"use": "sql_review", "options": {"tables": ["chinook.Invoice*"]}, "approver_roles": ["admin"]}]
 #: Known users: ann asks (and could approve, but not her own), dba approves, carl holds no approver role.
-USERS = {"ann": {"roles": ["analyst", "admin"], "token_sha256": token_hash("ann-token")},
-         "dba": {"roles": ["admin"], "token_sha256": token_hash("dba-token")},
-         "carl": {"roles": ["analyst"], "token_sha256": token_hash("carl-token")}}
+USERS = {name: {"roles": roles, "token_sha256": token_hash(f"{name}-token"),
+                "token_public_key": token_public_key(f"{name}-token")}
+         for name, roles in (("ann", ["analyst", "admin"]), ("dba", ["admin"]), ("carl", ["analyst"]))}
 
 
 @pytest.fixture(scope="module")
@@ -201,6 +201,23 @@ def test_no_answer_in_time_leaves_the_question_needs_approval(server: Any, proje
     assert "nl2sql approve" in result.answer.content
 
 
+def test_an_approval_after_the_run_time_limit_still_runs_the_statement(server: Any, project: Config,
+                                                                       model: ModelScript) -> None:
+    """The wait for an approver is bounded by settings.approvals.timeout_s alone: the run's own time limit
+    (settings.pipeline.timeout_s) stands still while it waits."""
+    raw = yaml.safe_load(project.path.read_text())
+    raw["settings"].setdefault("pipeline", {})["timeout_s"] = 4
+    short = project.path.with_name("short_run.yaml")
+    short.write_text(yaml.safe_dump(raw, sort_keys=False))
+    asking = Asking(short)
+    item = asking.request()
+    time.sleep(6)  # past the run's 4 s
+    resume(item)
+    result = asking.finish()
+    assert result.status == "success", result.errors
+    assert round(result.sub_queries[0].rows[0][0], 2) == 2328.6
+
+
 class _Receiver(BaseHTTPRequestHandler):
     received: ClassVar[list[tuple[float, dict]]] = []
 
@@ -349,6 +366,7 @@ def test_with_users_no_resume_without_a_valid_approver_credential_runs_the_state
 
     from nl2sql.hooks.approval import ApprovalRequest
 
+    capsys.readouterr()  # the run's own log lines so far: only the command's output is read below
     for target in (run_id, str(uuid4())):
         stale = ApprovalRequest.build(question=QUESTION, asker="ann", hook="sql_review", datasource_id="chinook",
                                       sub_query_id="sq1", sql=f"SELECT 1 -- {target}", reason="reads chinook.Invoice",

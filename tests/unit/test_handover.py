@@ -1,13 +1,20 @@
-"""Finding a running `nl2sql serve`'s question desk, and falling back when there is none."""
+"""Finding a running `nl2sql serve`'s question desk, and falling back when there is none, or when it resets the
+connection before it answers (tried again first)."""
 
 from __future__ import annotations
 
 import json
 import os
 import socket
+import struct
+import threading
+import time
 from pathlib import Path
 
-from nl2sql.cli.handover import DESK_FILE, Desk, find_desk, hand_over
+import pytest
+
+from nl2sql.cli.handover import DESK_FILE, RETRY_WAITS_S, Desk, find_desk, hand_over
+from nl2sql.errors import HandedOverError
 
 
 def test_a_desk_is_found_only_while_its_process_lives(tmp_path: Path) -> None:
@@ -31,3 +38,67 @@ def test_the_desks_file_name_is_the_one_serve_writes() -> None:
     from nl2sql.flows.desk import DESK_FILE as WRITTEN
 
     assert WRITTEN == DESK_FILE
+
+
+class LoopbackServer:
+    """A socket server on loopback that answers each connection with `reply` bytes, then closes it with a reset
+    (SO_LINGER 0) or a plain close; counts the connections it took."""
+
+    def __init__(self, reply: bytes = b"", *, reset: bool = True) -> None:
+        self.reply, self.reset, self.taken = reply, reset, 0
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.taken += 1
+            conn.recv(65536)  # the request
+            if self.reply:
+                conn.sendall(self.reply)
+            if self.reset:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_desk_that_resets_the_connection_is_tried_again_then_the_question_is_asked_here() -> None:
+    server = LoopbackServer()
+    try:
+        started = time.monotonic()
+        assert hand_over(Desk(port=server.port, token="t"), {"question": "q"}, None) is None
+        assert server.taken == 1 + len(RETRY_WAITS_S)
+        assert time.monotonic() - started < 5
+    finally:
+        server.close()
+
+
+def test_a_desk_that_speaks_no_http_sends_the_question_back_here() -> None:
+    server = LoopbackServer(b"hello\r\n", reset=False)
+    try:
+        assert hand_over(Desk(port=server.port, token="t"), {"question": "q"}, None) is None
+        assert server.taken == 1
+    finally:
+        server.close()
+
+
+def test_a_run_cut_off_after_the_desk_answered_is_an_error_not_a_second_run() -> None:
+    """Once the desk answered, the run is under way there: asking here too would run it twice."""
+    started = b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n\r\n"
+    for reply in (started, started + b'{"event": {"name": "run.sta'):
+        server = LoopbackServer(reply)
+        try:
+            with pytest.raises(HandedOverError) as caught:
+                hand_over(Desk(port=server.port, token="t"), {"question": "q"}, None)
+            assert caught.value.code == "ENGINE_FAULT" and "stopped before the question finished" in caught.value.message
+            assert server.taken == 1
+        finally:
+            server.close()

@@ -212,6 +212,21 @@ CASES = [
     pytest.param(
         "BAD_LIMIT", plan(limit=-1), "plan.limit", ["limit must be 0 or more, not -1."], id="BAD_LIMIT"),
     pytest.param(
+        "BAD_LIMIT", plan(limit=10**19), "plan.limit", ["limit must be at most 9223372036854775807, not 1"],
+        id="BAD_LIMIT-past-64-bits"),
+    pytest.param(
+        "BAD_LIMIT", plan(offset=2**63), "plan.offset", ["offset must be at most 9223372036854775807"],
+        id="BAD_LIMIT-offset"),
+    pytest.param(
+        "BAD_NUMBER", plan(where=cmp(col("i", "Total"), ">", lit(10**30))), "plan.where.right",
+        ["The number 1000000000000000000000000000000 is out of range", "-9223372036854775808"], id="BAD_NUMBER"),
+    pytest.param(
+        "BAD_NUMBER", plan(where={"kind": "in", "expr": col("i", "Total"), "values": [lit(1), lit(-(2**63) - 1)]}),
+        "plan.where.values[1]", ["is out of range"], id="BAD_NUMBER-in-list"),
+    pytest.param(
+        "BAD_NUMBER", plan(where=cmp(col("i", "Total"), "<", lit(float("inf")))), "plan.where.right",
+        ["inf is not a number a database can compare with"], id="BAD_NUMBER-infinite"),
+    pytest.param(
         "EMPTY_SELECT", {"select": [], "from": {"table": "Invoice", "alias": "i"}}, "plan.select",
         ["The plan selects nothing.", "Add at least one select item."], id="EMPTY_SELECT"),
 ]
@@ -228,6 +243,20 @@ def test_issue_code(code: str, data: dict, path: str, fragments: list[str], snap
         assert fragment in issue.message, f"{fragment!r} not in {issue.message!r}"
     assert str(issue) == f"[{code}] {issue.message} (at {path})"
     assert error.code == "PLAN_INVALID" and issue.message in str(error)
+
+
+def test_numbers_at_the_bounds_stand_and_a_limit_may_be_bound_to_max_rows(snapshot: SchemaSnapshot,
+                                                                          scopes: dict[str, Scope]) -> None:
+    edge = plan(where={"kind": "in", "expr": col("i", "Total"), "values": [lit(2**63 - 1), lit(-(2**63)), lit(1e300),
+                                                                           lit(True)]},
+                limit=2**63 - 1, offset=2**63 - 1)
+    assert check(edge, snapshot, scopes["analyst"]).plan.limit == 2**63 - 1
+    at_most = PlanModel.model_validate(plan(limit=100))
+    assert validate_plan(at_most, snapshot, scopes["analyst"], max_limit=100).plan.limit == 100
+    with pytest.raises(PlanValidationError) as caught:
+        validate_plan(PlanModel.model_validate(plan(limit=101)), snapshot, scopes["analyst"], max_limit=100)
+    assert caught.value.codes == ["BAD_LIMIT"]
+    assert "limit must be at most 100 (settings.resources.max_rows), not 101." in str(caught.value)
 
 
 def test_every_code_is_covered() -> None:

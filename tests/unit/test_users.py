@@ -12,15 +12,19 @@ import yaml
 from nl2sql.config import Config
 from nl2sql.config.models import PoliciesConfig
 from nl2sql.errors import ConfigError
-from nl2sql.hooks.approval import ApprovalRejected, ApprovalRequest, check_approver
+from nl2sql.hooks.approval import ApprovalRejected, ApprovalRequest, answer_message, check_approver
 from nl2sql.index.store import StateStore
 from nl2sql.policies.users import (
+    PROOF_PREFIX,
     IdentityError,
     acting_role,
     acting_roles,
     new_token,
+    same_secret,
+    sign_answer,
     token_hash,
     token_matches,
+    token_public_key,
 )
 from nl2sql.project import load_project
 from tests.support.cli import run_cli
@@ -98,6 +102,8 @@ def test_users_may_come_from_an_environment_variable_as_json(tmp_path: Path, dem
     ({"ann": {"roles": []}}, "at least 1"),
     ({"ann": {"roles": ["admin"], "token_sha256": "ann-token"}}, "not a hex SHA-256"),
     ({"ann": {"roles": ["admin"], "token": "x"}}, "token"),
+    ({"ann": {"roles": ["admin"], "token_public_key": "not-a-key"}}, "not an Ed25519 public key"),
+    ({"ann": {"roles": ["admin"], "token_public_key": token_hash("x")}}, "not an Ed25519 public key"),
 ])
 def test_bad_users_are_configuration_errors(tmp_path: Path, demo_dir: Path, users: dict, says: str) -> None:
     with pytest.raises(ConfigError, match=says):
@@ -112,6 +118,24 @@ def test_a_hash_is_kept_in_lowercase_and_matches_only_its_token() -> None:
     assert not token_matches(user, "") and not token_matches(None, token)
     no_hash = policies().users["dora"]
     assert not token_matches(no_hash, "") and not token_matches(no_hash, "anything")
+
+
+@pytest.mark.parametrize("presented", ["é" * 10, "\udcff\udc80", "dba-token\x00", "x" * 10_000, ""])
+def test_any_text_compares_as_a_token_without_an_error(presented: str) -> None:
+    """Tokens come from headers, forms and the environment (an undecodable byte there is a lone surrogate):
+    any text is compared, in constant time, and is simply not the token."""
+    dba = policies().users["dba"]
+    assert not token_matches(dba, presented) and not same_secret(presented, "dba-token")
+    assert token_hash(presented) and token_public_key(presented)
+    unicode_user = policies({"u": {"roles": ["admin"], "token_sha256": token_hash("pässwörd-\udcff")}}).users["u"]
+    assert token_matches(unicode_user, "pässwörd-\udcff") and not token_matches(unicode_user, "passwort")
+
+
+def test_a_public_key_alone_checks_the_token_and_its_signatures() -> None:
+    token = new_token()
+    user = policies({"x": {"roles": ["admin"], "token_public_key": token_public_key(token)}}).users["x"]
+    assert token_matches(user, token) and not token_matches(user, new_token())
+    assert token_public_key(token) != token_public_key(token + "x") and token not in token_public_key(token)
 
 
 # --- approvers ---------------------------------------------------------------------------------
@@ -147,6 +171,51 @@ def test_a_valid_approver_acts_in_its_approver_role() -> None:
     assert check("ann", "ann-token", allow_self=True) == "admin"  # self-approval, where allowed
     assert check("ann", "ann-token", approve=False) == "admin"  # an asker may withdraw its own statement
     assert check("ann", "ann-token", asker=None) == "admin"
+
+
+SIGNING_USERS = {**USERS, "dba": {**USERS["dba"], "token_public_key": token_public_key("dba-token")},
+                 "ann": {**USERS["ann"], "token_public_key": token_public_key("ann-token")}}
+
+
+def signed(approver: str = "dba", token: str = "dba-token", *, approve: bool = True, role: str = "admin",
+           for_request: ApprovalRequest | None = None, run_id: str = "") -> str:
+    """What `nl2sql approve` puts in the answer's token field: the token's signature of this answer."""
+    return sign_answer(token, answer_message(for_request or request(), approve=approve, approver=approver, role=role,
+                                             run_id=run_id))
+
+
+def test_a_signature_for_another_run_of_the_same_request_does_not_count() -> None:
+    """The same question, asker and SQL asked again is a new run: a signature copied from the first run's answer
+    does not approve it."""
+    first = signed(run_id="run-1")
+    assert check_approver(request(), approve=True, approver="dba", role="admin", token=first, run_id="run-1",
+                          approver_roles=["admin"], policies=policies(SIGNING_USERS)) == "admin"
+    with pytest.raises(ApprovalRejected, match="token is missing or wrong"):
+        check_approver(request(), approve=True, approver="dba", role="admin", token=first, run_id="run-2",
+                       approver_roles=["admin"], policies=policies(SIGNING_USERS))
+
+
+def test_a_signed_answer_counts_in_place_of_the_token() -> None:
+    proof = signed()
+    assert proof.startswith(PROOF_PREFIX) and "dba-token" not in proof
+    assert check("dba", proof, role="admin", users=SIGNING_USERS) == "admin"
+    assert check("dba", signed(approve=False), role="admin", approve=False, users=SIGNING_USERS) == "admin"
+
+
+@pytest.mark.parametrize(("answer", "proof"), [
+    ({"approve": False}, {}),                                   # an approval's signature sent as a denial
+    ({"role": ""}, {}),                                         # signed for a role, sent without it
+    ({"approver": "ann"}, {}),                                  # another approver's name on dba's signature
+    ({}, {"token": "ann-token"}),                               # signed with another user's token
+    ({}, {"for_request": request(asker="carl")}),               # signed for another request
+    ({"users": USERS}, {}),                                     # the user has no public key to check it with
+])
+def test_a_signature_of_another_answer_does_not_count(answer: dict, proof: dict) -> None:
+    sent = {"approver": "dba", "role": "admin", "users": SIGNING_USERS, **answer}
+    with pytest.raises(ApprovalRejected, match="token is missing or wrong"):
+        check(token=signed(**proof), **sent)
+    with pytest.raises(ApprovalRejected, match="token is missing or wrong"):
+        check(token=PROOF_PREFIX + "not-base64!", **sent)
 
 
 def test_without_users_an_approver_needs_a_name_and_a_role_but_no_token() -> None:
@@ -262,13 +331,36 @@ def test_approve_checks_the_credential_before_reaching_prefect(capsys: pytest.Ca
     assert code == 2 and "token is missing or wrong" in err
 
 
+def test_an_undecodable_token_in_the_environment_is_a_wrong_token(capsys: pytest.CaptureFixture[str],
+                                                                   users_project: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    _waiting(users_project, "run-1", "ann")
+    monkeypatch.setenv("NL2SQL_APPROVAL_TOKEN", "dba-\udcff")  # how Python reads a byte no encoding decodes
+    code, _, err = run_cli(capsys, "-c", str(users_project), "approve", "run-1", "--user", "dba")
+    assert code == 2 and "token is missing or wrong" in err and "Traceback" not in err
+
+
+def test_approve_without_a_public_key_names_the_line_to_add_and_sends_nothing(
+        capsys: pytest.CaptureFixture[str], users_project: Path) -> None:
+    """`nl2sql approve` sends the token's signature, never the token: a user whose entry holds only the hash is
+    told the public key to add (derived from the token just checked), before Prefect is reached."""
+    _waiting(users_project, "run-1", "ann")
+    code, _, err = run_cli(capsys, "-c", str(users_project), "approve", "run-1", "--user", "dba", "--token",
+                           "dba-token")
+    assert code == 2 and "CONFIG_ERROR" in err and "Traceback" not in err
+    assert "policies.users.dba.token_public_key" in err
+    assert f"token_public_key: {token_public_key('dba-token')}" in err.replace("\n", "")
+    assert "dba-token" not in err
+
+
 def test_approvals_token_prints_a_token_and_the_hash_to_paste(capsys: pytest.CaptureFixture[str],
                                                               users_project: Path) -> None:
     code, out, _ = run_cli(capsys, "-c", str(users_project), "approvals", "token", "--user", "dba")
     assert code == 0
     token = next(line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("token: "))
     digest = next(line.split(": ", 1)[1] for line in out.splitlines() if "token_sha256: " in line)
-    assert token_hash(token) == digest and len(token) >= 40
+    key = next(line.split(": ", 1)[1] for line in out.splitlines() if "token_public_key: " in line)
+    assert token_hash(token) == digest and token_public_key(token) == key and len(token) >= 40
 
 
 def test_the_demo_project_has_no_users_and_keeps_the_old_trust_model(demo_config: Config) -> None:
