@@ -8,13 +8,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import sqlite3
 import stat
-import struct
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -26,6 +23,7 @@ from nl2sql.errors import GENERIC_REFUSAL
 from nl2sql.index.service import IndexService
 from nl2sql.index.store import StateStore
 from nl2sql.policies.users import new_token, token_hash, token_public_key
+from tests.support.loopback import LoopbackServer
 
 NL2SQL = Path(sys.executable).parent / "nl2sql"
 EARNED = "How much did we earn in each year?"  # a verified query on chinook.Invoice: no model needed
@@ -160,28 +158,6 @@ def test_an_older_projects_state_is_made_private_on_its_next_use(demo_dir: Path,
 # --- the desk resets: `nl2sql ask` asks here ------------------------------------------------------------------
 
 
-class ResettingDesk:
-    """A loopback server that takes each connection and resets it (SO_LINGER 0), counting them."""
-
-    def __init__(self) -> None:
-        self.taken = 0
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.taken += 1
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            conn.close()
-
-
 @pytest.mark.slow
 @pytest.mark.prefect
 def test_ask_falls_back_to_asking_here_when_the_desk_resets(demo_dir: Path, demo_index: IndexService,
@@ -189,7 +165,7 @@ def test_ask_falls_back_to_asking_here_when_the_desk_resets(demo_dir: Path, demo
     state = tmp_path / "state"
     shutil.copytree(demo_index.store.state_dir, state, ignore=shutil.ignore_patterns("prefect", "serve-desk.json"))
     config = project_copy(demo_dir, tmp_path, state)
-    desk = ResettingDesk()
+    desk = LoopbackServer()
     try:
         (state / "serve-desk.json").write_text(json.dumps({"pid": os.getpid(), "port": desk.port, "token": "t"}))
         done = nl2sql("-c", str(config), "ask", EARNED, "--role", "analyst", "--json")

@@ -4,28 +4,13 @@ plain `SELECT 1` run the same way, with no traceback."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "perf" / "memory_probes.py"
+from tests.support.benchmarks import load_benchmark
 
-
-def load_bench() -> ModuleType:
-    name = "nl2sql_bench_memory_probes"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, BENCH)
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-BENCHMARK = load_bench()
+BENCHMARK = load_benchmark("perf/memory_probes.py")
 CORPUS = BENCHMARK.load_corpus()
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import struct
-import threading
 import time
 from pathlib import Path
 
@@ -15,6 +13,7 @@ import pytest
 
 from nl2sql.cli.handover import DESK_FILE, RETRY_WAITS_S, Desk, find_desk, hand_over
 from nl2sql.errors import HandedOverError
+from tests.support.loopback import LoopbackServer
 
 
 def test_a_desk_is_found_only_while_its_process_lives(tmp_path: Path) -> None:
@@ -38,36 +37,6 @@ def test_the_desks_file_name_is_the_one_serve_writes() -> None:
     from nl2sql.flows.desk import DESK_FILE as WRITTEN
 
     assert WRITTEN == DESK_FILE
-
-
-class LoopbackServer:
-    """A socket server on loopback that answers each connection with `reply` bytes, then closes it with a reset
-    (SO_LINGER 0) or a plain close; counts the connections it took."""
-
-    def __init__(self, reply: bytes = b"", *, reset: bool = True) -> None:
-        self.reply, self.reset, self.taken = reply, reset, 0
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.taken += 1
-            conn.recv(65536)  # the request
-            if self.reply:
-                conn.sendall(self.reply)
-            if self.reset:
-                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            conn.close()
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def test_a_desk_that_resets_the_connection_is_tried_again_then_the_question_is_asked_here() -> None:

@@ -4,24 +4,16 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "perf" / "index_wide.py"
+from tests.support.benchmarks import load_benchmark
 
 
 def load_bench() -> ModuleType:
-    name = "nl2sql_bench_index_wide"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, BENCH)
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return load_benchmark("perf/index_wide.py")
 
 
 @pytest.mark.slow
@@ -83,16 +75,6 @@ def test_quick_benchmark_reports_every_figure(tmp_path: Path, capsys: pytest.Cap
                                      "recall_at_20_ge_0_99", "routing_top1_ge_95pct"}
 
 
-def load_script(name: str, path: Path) -> ModuleType:
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 def test_the_wide_schema_grows_by_regional_copies_of_the_domains() -> None:
     schemas = load_bench().load_schemas()
     small, large = schemas.wide_schema(1200, seed=7), schemas.wide_schema(2600, seed=7)
@@ -147,7 +129,7 @@ def test_each_generated_question_knows_what_a_query_answering_it_reads() -> None
 @pytest.mark.slow
 def test_the_scale_benchmark_reports_each_size_and_plots_them(tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
-    scale = load_script("nl2sql_bench_index_scale", BENCH.parent / "index_scale.py")
+    scale = load_benchmark("perf/index_scale.py")
     out, plot = tmp_path / "scale.json", tmp_path / "scale.png"
     report = scale.main(["--sizes", "20,40", "--questions", "5", "--quiet", "--out", str(out), "--plot", str(plot)])
     assert json.loads(out.read_text()) == report and set(report["sizes"]) == {"20", "40"}
@@ -164,7 +146,7 @@ def test_the_scale_benchmark_reports_each_size_and_plots_them(tmp_path: Path,
 
 
 def test_each_routing_ablation_takes_its_signal_out_of_the_evidence_score(demo_index) -> None:
-    bed = load_script("nl2sql_bench_wide_bed", BENCH.parents[1] / "routing" / "wide_bed.py")
+    bed = load_benchmark("routing/wide_bed.py")
     question = "Are Jazz tracks in more playlists than Blues ones?"  # names tables and two values of one column
     two_things = "Playlists next to the browsers visitors use"  # its parts go to two databases
 
@@ -194,7 +176,7 @@ def test_the_model_check_asks_only_on_close_calls_and_keeps_what_the_flow_keeps(
     from nl2sql.llm.client import LLMClient
     from nl2sql.llm.fake import FakeLLMServer
 
-    check = load_script("nl2sql_bench_model_check", BENCH.parents[1] / "routing" / "model_check.py")
+    check = load_benchmark("routing/model_check.py")
     settings = RoutingSettings()
 
     def routing(scores: dict[str, float]) -> Routing:
@@ -229,17 +211,13 @@ def test_the_model_check_asks_only_on_close_calls_and_keeps_what_the_flow_keeps(
 
 
 def test_the_name_values_memory_benchmark_indexes_every_value_and_reports_its_cost() -> None:
-    path = BENCH.parent / "name_values_memory.py"
-    spec = importlib.util.spec_from_file_location("nl2sql_bench_name_values_memory", path)
-    assert spec and spec.loader
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("perf/name_values_memory.py")
     report = bench.measure([f"Name {i} Surname" for i in range(1_000)])  # (it checks every value is indexed)
     assert report["values"] == 1_000 and report["tables"] == 2 and report["bytes_per_value"] > 0
 
 
 def test_the_compared_values_benchmark_tells_where_its_rule_gives_points(demo_index) -> None:
-    check = load_script("nl2sql_bench_compared_values", BENCH.parents[1] / "routing" / "compared_values.py")
+    check = load_benchmark("routing/compared_values.py")
     cases = [("Are tablet visitors more loyal than mobile ones?", ["webanalytics"]),  # two devices: the rule
              ("Are tablet visitors more loyal than mobile ones?", ["support"]),  # the same points, a wrong database
              ("Which album has the most tracks?", ["chinook"])]  # no two values of one column
