@@ -198,12 +198,15 @@ def _files_holding(folder: Path, needle: bytes) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.prefect
 def test_an_approval_through_the_cli_leaves_no_token_in_the_state_folder(tmp_path: Path) -> None:
+    """`nl2sql approve` signs its answer: no project file holds the token afterwards, the state is private, and
+    an approval that comes after the run's own time limit (settings.pipeline.timeout_s) still runs the statement."""
     token = new_token()
     target = tmp_path / "project"
     config = init_demo(target, env={})
     raw = yaml.safe_load(config.read_text())
     raw["hooks"] = [{"use": "sql_review", "options": {"tables": ["chinook.Invoice*"]}, "approver_roles": ["admin"]}]
     raw.setdefault("settings", {})["approvals"] = {"timeout_s": 240, "poll_interval_s": 1}
+    raw["settings"]["pipeline"] = {"timeout_s": 15}  # the approval comes after it: waiting is not the run's time
     raw["policies"]["users"] = {"ann": {"roles": ["analyst"]},
                                 "dba": {"roles": ["admin"], "token_sha256": token_hash(token),
                                         "token_public_key": token_public_key(token)}}
@@ -221,6 +224,7 @@ def test_an_approval_through_the_cli_leaves_no_token_in_the_state_folder(tmp_pat
             time.sleep(1)
             pending = StateStore(state).approvals()
         run_id = pending[0]["trace_id"]
+        time.sleep(16)  # past the run's own 15 s
         approved = nl2sql("-c", str(config), "approve", run_id, "--user", "dba",
                           env={**env, "NL2SQL_APPROVAL_TOKEN": token})
         assert approved.returncode == 0 and "Approved" in approved.stdout, approved.stdout + approved.stderr
