@@ -37,8 +37,9 @@ def make_project(folder: Path, timeout_s: float) -> Path:
     """A demo project whose statements time out after `timeout_s`; its config file."""
     subprocess.run([str(NL2SQL), "init", "--demo", str(folder), "--force"], check=True, capture_output=True)
     config = folder / "nl2sql.yaml"
-    with config.open("a") as out:
-        out.write(f"settings:\n  pipeline:\n    statement_timeout_s: {timeout_s}\n")
+    raw = yaml.safe_load(config.read_text())
+    raw.setdefault("settings", {}).setdefault("pipeline", {})["statement_timeout_s"] = timeout_s
+    config.write_text(yaml.safe_dump(raw, sort_keys=False))
     return config
 
 

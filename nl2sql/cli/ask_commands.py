@@ -12,16 +12,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from nl2sql.cli.options import JsonOption, RoleOption, app, console, drain_prefect, err_console
+from nl2sql.pipeline.words import step_words
 
 if TYPE_CHECKING:
     from nl2sql.config import Config
     from nl2sql.events import Event
     from nl2sql.pipeline.result import QueryResult
-
-#: Step names as the live display shows them.
-STEP_WORDS = {"curated_matcher": "verified queries", "resolver": "routing", "decomposer": "decomposing",
-              "schema_retrieval": "schema", "planner": "plan", "validator": "validated", "generator": "SQL",
-              "executor": "ran", "sanity": "checked", "refiner": "refined", "aggregator": "combined", "synthesizer": "answer"}
 
 
 class LiveDisplay:
@@ -38,7 +34,7 @@ class LiveDisplay:
                 mark = "[green]✓[/]" if data["ok"] else "[red]✗[/]"
                 sub = f" {data['sub_query_id']}" if data.get("sub_query_id") else ""
                 err = f" [red]{escape(data['error_code'])}[/]" if data.get("error_code") else ""
-                err_console.print(f"{mark} [dim]{escape(STEP_WORDS.get(data['node'], data['node']) + sub)} "
+                err_console.print(f"{mark} [dim]{escape(step_words(data['node']) + sub)} "
                                   f"{data['duration_ms']:.0f} ms[/]{err}")
             elif event.name == "answer.delta":
                 if not self.streaming:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow
-from prefect.artifacts import create_markdown_artifact
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.exceptions import FlowPauseTimeout, Pause
 from prefect.flow_runs import pause_flow_run, suspend_flow_run
 from prefect.input import RunInput
@@ -42,6 +42,7 @@ from nl2sql.pipeline.result import QueryResult
 from nl2sql.pipeline.run import drive, fail_run, finish_run, start_run
 from nl2sql.pipeline.runtime import RunContext, Runtime
 from nl2sql.pipeline.state import RunState, pin_state, restore_state
+from nl2sql.pipeline.words import step_words
 from nl2sql.policies.users import acting_role
 from nl2sql.project import load_project
 from nl2sql.tasks.ask import call_step_task, submit_sub_queries
@@ -103,17 +104,41 @@ def _count(total: int, truncated: bool) -> str:
     return f"{total} row{'' if total == 1 else 's'}" + (" (truncated)" if truncated else "")
 
 
-def result_markdown(result: QueryResult, *, rows: bool = False) -> str:
-    """The flow run's artifact: question, status, SQL, columns and row counts, and codes of errors and warnings;
-    with `rows` (settings.prefect.artifact_rows) also the answer, the first rows and the messages, which may
-    quote values."""
-    lines = [f"# {result.question}", "", f"**Status:** {result.status}", ""]
-    if rows:
-        lines += [result.answer.content or "", ""]
+#: What the artifact says where the project keeps answers and rows out of Prefect.
+ROWS_KEPT_OUT = ("_The answer and the rows are kept out of Prefect on this project (`settings.prefect.artifact_rows` "
+                 "is off): ask with `nl2sql ask`, or see docs/security.md before turning it on._")
+SOURCES = {"verified": "verified query", "plan_cache": "cached plan"}
+
+
+def readable_sql(sql: str, dialect: str | None) -> str:
+    """The SQL laid out on several short lines (the UI shows a code block unwrapped), or as it is when it does not
+    parse."""
+    import sqlglot
+
+    try:
+        return sqlglot.parse_one(sql, read=dialect).sql(dialect=dialect, pretty=True)
+    except Exception:  # the text still shows; only the layout is lost
+        return sql
+
+
+def result_markdown(result: QueryResult, *, rows: bool = False, dialects: dict[str, str] | None = None) -> str:
+    """The flow run's artifact, for a person: the question, the answer, the SQL laid out on short lines, columns and
+    row counts, and codes of errors and warnings. The answer, the first rows and the messages (which may quote
+    values) only with `rows` (settings.prefect.artifact_rows); the rows are a table artifact of their own too."""
+    dialects = dialects or {}
+    lines = [f"# {result.question}", ""]
+    if rows and result.answer.content:
+        lines += [f"**Answer:** {result.answer.content}", ""]
+    elif not rows:
+        lines += [ROWS_KEPT_OUT, ""]
+    lines += [f"**Status:** {result.status}", ""]
     for sq in result.sub_queries:
-        lines += [f"## {sq.id} · {sq.datasource_id}", ""]
+        source = f" · {SOURCES.get(sq.source or '', 'generated')}" if sq.sql else ""
+        lines += [f"## {sq.id} · {sq.datasource_id}{source}", ""]
+        if sq.question and len(result.sub_queries) > 1:
+            lines += [f"_{sq.question}_", ""]
         if sq.sql:
-            lines += ["```sql", sq.sql, "```", ""]
+            lines += ["```sql", readable_sql(sq.sql, dialects.get(sq.datasource_id)), "```", ""]
         if sq.columns:
             lines += [*_table(sq.columns, sq.rows[:10]), ""] if rows else [f"Columns: {', '.join(sq.columns)}", ""]
         if sq.total_rows is not None:
@@ -128,6 +153,33 @@ def result_markdown(result: QueryResult, *, rows: bool = False) -> str:
     lines += [f"- ✗ {e.code}" + (f": {e.message}" if rows else "") for e in result.errors]
     lines += [f"- ⚠ {w.code}" + (f": {w.message}" if rows else "") for w in result.warnings]
     return "\n".join(lines)
+
+
+def result_table(result: QueryResult) -> tuple[list[dict[str, Any]], str] | None:
+    """The rows a person asked for as a table artifact's records (the combined result, else the one sub-query's
+    preview rows), values as JSON takes them; and what they are. None when there are no rows to show."""
+    from pydantic_core import to_jsonable_python
+
+    if result.combined is not None:
+        columns, found, total = result.combined.columns, result.combined.rows, result.combined.total_rows
+    elif len(result.sub_queries) == 1 and result.sub_queries[0].columns:
+        sq = result.sub_queries[0]
+        columns, found, total = sq.columns, sq.rows, sq.total_rows or len(sq.rows)
+    else:
+        return None
+    records = [{c: to_jsonable_python(v, fallback=str) for c, v in zip(columns, row, strict=False)} for row in found]
+    return records, f"The first {len(found)} of {_count(total, False)}" if total > len(found) else _count(total, False)
+
+
+def _log_step(logger: Any, event: Event) -> None:
+    """A finished step as a line of the run's log, in the CLI's words; an error by its code only (messages may
+    quote values, and the run's logs go to Prefect's API)."""
+    data = event.data
+    words = step_words(str(data["node"]), data.get("sub_query_id"))
+    if data.get("ok"):
+        logger.info("✓ %s (%.0f ms)", words, data.get("duration_ms") or 0)
+    else:
+        logger.warning("✗ %s: %s", words, data.get("error_code") or "failed")
 
 
 class ApprovalInput(RunInput):
@@ -239,6 +291,9 @@ def ask(question: str, role: str | None = None, user_id: str | None = None, data
     pinned = runtime.store.pinned_run(trace_id)
     if pinned is not None:  # resumed after a suspension: the decisions made before it stand
         restore_state(state, pinned)
+    logger = get_run_logger()
+    logger.info("Asked by %s as %s: %s", user_id or "(no user)", role or "(default role)", question)
+    ctx.trace.follow(lambda event: _log_step(logger, event), names=["node.finished"])
     try:
         with ctx.trace.entered():
             drive(ctx, state, call_step_task, submit_sub_queries, approve=wait_for_approvers)
@@ -250,11 +305,19 @@ def ask(question: str, role: str | None = None, user_id: str | None = None, data
         if isinstance(exc, NL2SQLError) or not isinstance(exc, Exception):
             raise
         raise EngineFault(exc) from exc  # what Prefect keeps as the run's state message names the type only
+    with_rows = runtime.config.settings.prefect.artifact_rows
+    logger.info("Finished: %s%s", result.status, f". {result.answer.content}" if with_rows and result.answer.content
+                else "")
     if artifact:
-        with_rows = runtime.config.settings.prefect.artifact_rows
-        create_markdown_artifact(result_markdown(result, rows=with_rows), key=artifact_key("answer", trace_id),
+        dialects = {sq.datasource_id: runtime.catalog.get(sq.datasource_id).dialect for sq in result.sub_queries
+                    if sq.sql and sq.datasource_id in runtime.catalog.ids}
+        create_markdown_artifact(result_markdown(result, rows=with_rows, dialects=dialects),
+                                 key=artifact_key("answer", trace_id),
                                  description="The answer, SQL and rows" if with_rows else "The question's SQL and "
                                  "row counts (rows only with settings.prefect.artifact_rows)")
+        table = result_table(result) if with_rows else None
+        if table is not None and table[0]:
+            create_table_artifact(table[0], key=artifact_key("rows", trace_id), description=table[1])
     return result
 
 

@@ -12,6 +12,7 @@ from nl2sql.pipeline.declaration import ASK, Step
 from nl2sql.pipeline.run import invoke_step
 from nl2sql.pipeline.runtime import RunContext
 from nl2sql.pipeline.state import RunState, SubQuery
+from nl2sql.pipeline.words import step_words
 from nl2sql.tasks import step_task
 
 
@@ -26,7 +27,8 @@ def _run_step(label: str, step: Step, ctx: RunContext, state: RunState, sq: SubQ
         raise EngineFault(exc) from exc
 
 
-#: One task per step of the declaration (hook points included), each run named `step · sub-query (datasource)`.
+#: One task per step of the declaration (hook points included), each run named as the CLI names the step
+#: (`pipeline/words.py`): `ran · sq1 (chinook)`.
 STEP_TASKS: dict[str, Any] = {
     step.name: step_task(_run_step, name=step.name, task_run_name="{label}") for step in ASK.steps()
 }
@@ -37,7 +39,7 @@ def call_step_task(step: Step, ctx: RunContext, state: RunState, sq: SubQuery | 
     if step.is_hook_point and not ctx.hooks.at(step.name):
         invoke_step(step, ctx, state, sq)
         return
-    label = step.name if sq is None else f"{step.name} · {sq.id} ({sq.datasource_id})"
+    label = step_words(step.name, sq.id if sq else None, sq.datasource_id if sq else None)
     # quote(): the state and services are live objects, not inputs for Prefect to walk or resolve
     STEP_TASKS[step.name](label, quote(step), quote(ctx), quote(state), quote(sq))
 

@@ -137,6 +137,9 @@ def project(fake: FakeLLMServer, tmp_path_factory: pytest.TempPathFactory) -> Pa
     target = tmp_path_factory.mktemp("no-rows")
     config = init_demo(target, env={})
     raw = yaml.safe_load(config.read_text())
+    # the demo shows answers in its own Prefect UI; a project's default keeps rows out, which is what is checked
+    del raw["settings"]["prefect"]["artifact_rows"]
+    config.write_text(yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
     raw["llm"] = {"models": {"fake": {"provider": "openai", "model": "fake-model", "base_url": fake.base_url,
                                       "api_key": "fake-key"}}, "default": "fake"}
     (target / "model.yaml").write_text(yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
@@ -276,6 +279,7 @@ def test_the_needles_find_the_rows_an_artifact_would_show() -> None:
                                                               " Köhler (leonie@example.de) lives in Stuttgart."}
     assert not {n for n in needles(result) if n in without} and "leonie" not in without.lower()
     assert "1 row" in without and "first_name, email" in without and "TRUNCATED" in without
+    assert "**Answer:**" in with_rows and "kept out of Prefect" in without
     assert artifact_key("answer", "6F1C-x") == "answer-6f1c-x"
 
 

@@ -140,8 +140,8 @@ def test_a_question_from_the_run_form_completes_with_its_steps(browser: Any, ser
     page.screenshot(path=str(shots / "ui-ask-run.png"))
     assert "How many urgent tickets are still open?" in page.locator("body").inner_text()  # named after it
     page.get_by_text("Task Runs", exact=True).click()
-    page.get_by_text("curated_matcher").first.wait_for()  # its steps, each a task run
-    assert "executor" in page.locator("body").inner_text()
+    page.get_by_text("verified queries").first.wait_for()  # its steps, each a task run, named as the CLI names them
+    assert "ran · sq1 (support)" in page.locator("body").inner_text()
     page.get_by_text("Artifacts", exact=True).click()
     page.get_by_text(re.compile(r"answer-[0-9a-f-]{36}")).first.wait_for()  # its artifact
     page.close()

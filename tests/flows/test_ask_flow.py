@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -84,15 +85,59 @@ def test_each_step_is_a_task_run_and_the_flow_run_id_is_the_trace_id(project: Co
             time.sleep(0.5)
     assert run.state.is_completed() and run.name.startswith("Support tickets opened")
     names = {t.name for t in tasks}
-    assert {"curated_matcher", "resolver", "decomposer", "aggregator", "synthesizer"} <= names
-    for step in ("schema_retrieval", "planner", "validator", "generator", "executor", "sanity"):
+    # named as the CLI names the steps
+    assert {"verified queries", "routing", "decomposing", "combined", "answer"} <= names
+    for step in ("schema", "plan", "validated", "SQL", "ran", "checked"):
         assert {f"{step} · sq1 (chinook)", f"{step} · sq2 (support)"} <= names
     # the sub-queries were handed to the flow's task runner, each its own task run holding its steps
     assert {"sub-query · sq1 (chinook)", "sub-query · sq2 (support)"} <= names
     parents = {t.name: t.id for t in tasks}
-    planner = next(t for t in tasks if t.name == "planner · sq2 (support)")
+    planner = next(t for t in tasks if t.name == "plan · sq2 (support)")
     assert [p.id for p in planner.task_inputs["__parents__"]] == [parents["sub-query · sq2 (support)"]]
     assert all(t.state.is_completed() for t in tasks)
+
+
+def test_the_run_shows_a_person_the_answer_the_sql_the_rows_and_its_steps(project: Config, model: ModelScript) -> None:
+    """What the Prefect UI shows of a run (the demo's settings.prefect.artifact_rows is on): the answer sentence,
+    the SQL on short lines, the rows as a table artifact, and the steps in the run's log in the CLI's words."""
+    import asyncio
+
+    from prefect import get_client
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        LogFilter,
+        LogFilterFlowRunId,
+    )
+
+    assert project.settings.prefect.artifact_rows
+    result = run_flow(project, "How much did we earn in each year?", "analyst")
+    assert result.status == "success", result.errors
+
+    async def read() -> tuple[dict, list[str]]:
+        async with get_client() as client:
+            deadline = time.monotonic() + 20
+            while True:  # logs reach the server in batches
+                artifacts = await client.read_artifacts(artifact_filter=ArtifactFilter(
+                    flow_run_id=ArtifactFilterFlowRunId(any_=[result.trace_id])))
+                logs = await client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(
+                    any_=[result.trace_id])))
+                messages = [entry.message for entry in logs]
+                if any(m.startswith("Finished") for m in messages) or time.monotonic() > deadline:
+                    return {a.type: a for a in artifacts}, messages
+                await asyncio.sleep(0.5)
+
+    artifacts, messages = asyncio.run(read())
+    markdown = artifacts["markdown"].data
+    assert f"**Answer:** {result.answer.content}" in markdown
+    sql = markdown.split("```sql\n", 1)[1].split("\n```", 1)[0]
+    assert len(sql.splitlines()) > 3 and max(len(line) for line in sql.splitlines()) < 100  # laid out, not one line
+    table = artifacts["table"]
+    assert table.key == f"rows-{result.trace_id}" and len(json.loads(table.data)) == result.sub_queries[0].total_rows
+    assert json.loads(table.data)[0]["year"] == result.sub_queries[0].rows[0][0]
+    assert any("✓ verified queries" in m for m in messages) and any("✓ ran · sq1" in m for m in messages)
+    assert any(m.startswith("Asked by") and "as analyst" in m for m in messages)
+    assert any(m.startswith("Finished: success.") for m in messages)
 
 
 def test_the_engine_streams_a_flow_runs_events_and_returns_its_result(project: Config, model: ModelScript) -> None:
