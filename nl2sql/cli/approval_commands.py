@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from nl2sql.cli.options import JsonOption, app, console, err_console
+from nl2sql.cli.options import JsonOption, app, console, err_console, print_table
 from nl2sql.config.models import PoliciesConfig
 from nl2sql.errors import ConfigError, ConfigProblem, NL2SQLError
 from nl2sql.policies.users import (
@@ -75,7 +75,7 @@ def approvals_list(ctx: typer.Context, user: Annotated[str | None, typer.Option(
         r = item["request"]
         table.add_row(item["trace_id"], r["asker"] or "", r["reason"], r["datasource_id"],
                       ", ".join(r["approver_roles"]), r["sql"])
-    console.print(table)
+    print_table(table)
 
 
 @approvals_app.command("token")

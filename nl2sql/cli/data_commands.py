@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from nl2sql.cli.options import JsonOption, RoleOption, UserOption, app, console, datasources_app
+from nl2sql.cli.options import JsonOption, RoleOption, UserOption, app, console, datasources_app, print_table
 from nl2sql.errors import ConfigError, ConfigProblem
 
 if TYPE_CHECKING:  # pandas and SQLAlchemy load only for the commands that read data: `--help` stays fast
@@ -52,7 +52,7 @@ def datasources_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
     table = Table("id", "dialect", "location", "description", title="Datasources")
     for r in records:
         table.add_row(*(escape(str(r[k])) for k in ("id", "dialect", "location", "description")))
-    console.print(table)
+    print_table(table)
 
 
 @datasources_app.command("save-block")
@@ -100,7 +100,7 @@ def schema_command(
         for c in t.columns:
             key = " ".join(k for k in ("PK" if c.primary_key else "", refs.get(c.name, "")) if k)
             grid.add_row(escape(c.name), escape(c.type), "yes" if c.nullable else "", escape(key))
-        console.print(grid)
+        print_table(grid)
 
 
 @app.command("sql")
@@ -140,7 +140,7 @@ def print_rows(result: ExecutionResult) -> None:
     table = Table(*[c.name for c in result.columns])
     for row in frame.head(TABLE_ROWS).itertuples(index=False):
         table.add_row(*["" if v is None else escape(str(v)) for v in row])
-    console.print(table)
+    print_table(table)
     note = f" (truncated at {len(frame)}; raise --limit for more)" if result.truncated else ""
     shown = f", the first {TABLE_ROWS} shown (--json prints every row)" if len(frame) > TABLE_ROWS else ""
     console.print(f"{len(frame)} row{'s' if len(frame) != 1 else ''}{note} in {result.elapsed_ms:.0f} ms{shown}")

@@ -10,7 +10,15 @@ import typer
 from rich.markdown import Markdown
 from rich.markup import escape
 
-from nl2sql.cli.options import app, block_loader, console, drain_prefect, err_console, quiet_prefect
+from nl2sql.cli.options import (
+    app,
+    block_loader,
+    console,
+    drain_prefect,
+    err_console,
+    print_table,
+    quiet_prefect,
+)
 
 eval_app = typer.Typer(help="Evaluation: run suites, gate against a baseline, keep records.", no_args_is_help=True)
 app.add_typer(eval_app, name="eval")
@@ -233,7 +241,7 @@ def eval_review_command(
             table = Table(*[escape(str(k)) for k in rows[0]])
             for row in rows[:5]:
                 table.add_row(*[escape(str(v)) for v in row.values()])
-            console.print(table)
+            print_table(table)
         console.print(f"{len(rows)} row{'s' if len(rows) != 1 else ''} · outcome: "
                       + ", ".join(f"{role} {o}" for role, o in case.outcome.items()))
         question = None

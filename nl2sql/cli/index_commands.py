@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 
-from nl2sql.cli.options import JsonOption, RoleOption, UserOption, app, console, err_console
+from nl2sql.cli.options import JsonOption, RoleOption, UserOption, app, console, err_console, print_table
 
 index_app = typer.Typer(help="The schema index: build it, list its versions, check it for drift.", no_args_is_help=True)
 app.add_typer(index_app, name="index")
@@ -53,7 +53,7 @@ def index_build_command(
     for b in outcome["builds"]:
         table.add_row(b["datasource_id"], str(b["tables"]), str(sum(b["counts"].values())), str(b["embedded"]),
                       str(b["cached"]), b["index_kind"], f"{sum(b['seconds'].values()):.1f}", b["changes"])
-    console.print(table)
+    print_table(table)
     for ds, message in outcome["failures"].items():
         console.print(f"[bold red]{escape(ds)} failed[/]: {escape(str(message))}")
     if outcome["failures"]:
@@ -82,7 +82,7 @@ def index_versions(ctx: typer.Context, datasource: Annotated[str, typer.Argument
         started = dt.datetime.fromtimestamp(b.started_at).strftime("%Y-%m-%d %H:%M:%S")
         table.add_row(b.build_id, b.status, started, str(b.entry_count or ""), b.index_kind or "", b.fingerprint or "",
                       "live" if live and b.build_id == live.build_id else "")
-    console.print(table)
+    print_table(table)
     if not builds:
         console.print(f"No builds yet: run `nl2sql index build --datasource {datasource}`.")
 
@@ -224,7 +224,7 @@ def retrieve_command(
             votes = "/".join(str(c.votes.get(s, 0)) for s in ("table", "column", "example", "verified", "description"))
             verdict = "picked" if c.datasource_id in routing.picks else routing.dropped.get(c.datasource_id, "")
             table.add_row(c.datasource_id, f"{c.score:.4f}", f"{c.similarity:.3f}", votes, verdict)
-    console.print(table)
+    print_table(table)
     if routing.pair:
         console.print(f"The question asks about two things: its parts went to {routing.pair[0]} and "
                       f"{routing.pair[1]}, which lead the picks.")

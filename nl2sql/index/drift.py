@@ -113,7 +113,8 @@ def check_drift(adapter: Adapter, store: StateStore, datasource: DatasourceConfi
     queries = datasource.verified_queries
     reads = [columns_read(q.sql, adapter.dialect, before) for q in queries]  # each statement parsed once
     visible = {i for i, read in enumerate(reads) if read is not None and all(readable(t) for t in read[0])}
-    diff = plan.diff
+    profiles = _profiles(store.entries(live.build_id))
+    diff = _confirmed_renames(plan.diff, adapter, plan.snapshot, profiles, sample_rows)
     impact = Impact(
         verified_queries=[q for q in verified_impact(queries, reads, diff) if q.position in visible],
         policy_patterns=stale_patterns(policies, ds, before, plan.snapshot) if caller is None or caller.is_admin
@@ -122,7 +123,7 @@ def check_drift(adapter: Adapter, store: StateStore, datasource: DatasourceConfi
     results: list[ExpectationResult] = []
     if expectations:
         read_by_verified = set().union(*(read[1] for read in reads if read is not None))
-        expected = [e for e in expectations_for(before, _profiles(store.entries(live.build_id)), read_by_verified)
+        expected = [e for e in expectations_for(before, profiles, read_by_verified)
                     if readable(e.table)]
         results = check_expectations(expected, _samples(adapter, plan.snapshot, expected, sample_rows), ds)
     report = DriftReport(datasource_id=ds, status="unchanged", build_id=live.build_id, diff=diff.scoped(readable),
@@ -130,6 +131,27 @@ def check_drift(adapter: Adapter, store: StateStore, datasource: DatasourceConfi
     if not report.diff.empty or report.failed_expectations or not impact.empty:
         report.status = "drifted"
     return report
+
+
+def _confirmed_renames(diff: SchemaDiff, adapter: Adapter, live: SchemaSnapshot, profiles: Sequence[ColumnProfile],
+                       sample_rows: int) -> SchemaDiff:
+    """The diff with each rename whose old column's recorded values the new column no longer holds any of read
+    as a column dropped and one added again (a rename of a column without recorded values stands on its type)."""
+    recorded = {(table_key(p.schema_name, p.table), p.column.lower()): p.sample_values for p in profiles}
+    kept = []
+    for rename in diff.renamed_columns:
+        values = recorded.get((rename.table.lower(), rename.before.lower()))
+        schema, _, name = rename.table.rpartition(".")
+        info = live.table(name, schema or None)
+        if values and info is not None:
+            try:
+                sample = adapter.sample_columns(info, [rename.after], sample_rows=sample_rows)
+            except NL2SQLError:
+                sample = None
+            if sample is not None and not {str(v) for v in sample[rename.after] if v is not None} & set(values):
+                continue
+        kept.append(rename)
+    return diff.model_copy(update={"renamed_columns": kept})
 
 
 def _runs(adapter: Adapter) -> RunCheck:
@@ -184,8 +206,9 @@ def diff_lines(diff: SchemaDiff) -> list[str]:
     """The diff as one markdown bullet per change."""
     lines = [f"- table added: `{t}`" for t in diff.added_tables]
     lines += [f"- table dropped: `{t}`" for t in diff.removed_tables]
-    lines += [f"- column added: `{c}`" for c in diff.added_columns]
-    lines += [f"- column dropped: `{c}`" for c in diff.removed_columns]
+    lines += [f"- column renamed: `{r.table}.{r.before}` → `{r.table}.{r.after}`" for r in diff.renamed_columns]
+    lines += [f"- column added: `{c}`" for c in diff.unrenamed_added_columns()]
+    lines += [f"- column dropped: `{c}`" for c in diff.unrenamed_removed_columns()]
     lines += [f"- column changed: `{c.table}.{c.column}` {c.before} → {c.after}" for c in diff.changed_columns]
     lines += [f"- primary key changed: `{k.table}` ({', '.join(k.before)}) → ({', '.join(k.after)})"
               for k in diff.changed_primary_keys]

@@ -44,6 +44,19 @@ class ModelNotConfigured(NL2SQLError):
     code = "LLM_NOT_CONFIGURED"
 
 
+def not_configured_fix(node: str) -> str:
+    """How to give a node a model: the YAML to add, the environment route of the demo, what works without."""
+    return (
+        "Add a model to nl2sql.yaml (see docs/models.md):\n"
+        "  llm:\n"
+        "    models:\n"
+        "      main: {provider: openai, model: gpt-4o-mini, api_key: '${env:OPENAI_API_KEY}'}\n"
+        f"    default: main        # or only this node: nodes: {{{node}: main}}\n"
+        "Or set OPENAI_API_KEY or ANTHROPIC_API_KEY (or NL2SQL_LLM_BASE_URL and NL2SQL_LLM_MODEL for a local "
+        "OpenAI-compatible server) before `nl2sql init --demo`, which then writes it for you.\n"
+        "Verified questions are answered without a model.")
+
+
 def provider_class(name: str) -> type[Wire]:
     """The wire class of a provider (built-in or from the `nl2sql.llm_providers` entry point group)."""
     if name not in PROVIDERS:
@@ -119,12 +132,7 @@ class LLMClient:
         """The wire to call for a node (ModelNotConfigured when there is none)."""
         name = self.model_name_for(node)
         if name is None:
-            raise ModelNotConfigured(
-                f"No model is configured for the {node}.",
-                fix="Add one under llm.models and name it in llm.default (or llm.nodes." + node + "); "
-                "see docs/models.md, e.g. an OpenAI key: `models: {main: {provider: openai, model: gpt-4o-mini, "
-                "api_key: ${env:OPENAI_API_KEY}}}` with `default: main`.",
-                node=node)
+            raise ModelNotConfigured(f"No model is configured for the {node}.", fix=not_configured_fix(node), node=node)
         if name not in self._wires:
             self._wires[name] = self._build(name, self.config.models[name])
         return self._wires[name]

@@ -42,6 +42,7 @@ class Expectation:
     kind: ExpectationKind
     why: str
     values: tuple[str, ...] = ()
+    table_name: str | None = None  # as the table spells itself (`table` is the lower-case key); None: `table`
 
 
 class ExpectationResult(BaseModel):
@@ -64,22 +65,23 @@ def expectations_for(snapshot: SchemaSnapshot, profiles: Sequence[ColumnProfile]
     profile_of = {(table_key(p.schema_name, p.table), p.column.lower()): p for p in profiles}
     for table in snapshot.tables:
         name = table_key(table.schema_name, table.name)
+        spelled = f"{table.schema_name}.{table.name}" if table.schema_name else table.name
         for column in table.columns:
             lowered = column.name.lower()
             if (name, lowered) in read_by_verified:
-                out.append(Expectation(name, (column.name,), "column_exists", "read by a verified query"))
+                out.append(Expectation(name, (column.name,), "column_exists", "read by a verified query", table_name=spelled))
                 types = PYTHON_TYPES.get(category(dtype_of(column.type, snapshot.dialect)))
                 if types:
                     out.append(Expectation(name, (column.name,), "value_type", f"read by a verified query as "
-                                           f"{column.type}", types))
+                                           f"{column.type}", types, spelled))
             profile = profile_of.get((name, lowered))
             if profile and profile.sample_values and profile.distinct_count == len(profile.sample_values):
                 out.append(Expectation(name, (column.name,), "value_set", "its values are shown to the model and "
-                                       "matched in questions", tuple(profile.sample_values)))
+                                       "matched in questions", tuple(profile.sample_values), spelled))
         if table.primary_key:
             for column_name in table.primary_key:
-                out.append(Expectation(name, (column_name,), "not_null", "primary key"))
-            out.append(Expectation(name, tuple(table.primary_key), "unique", "primary key"))
+                out.append(Expectation(name, (column_name,), "not_null", "primary key", table_name=spelled))
+            out.append(Expectation(name, tuple(table.primary_key), "unique", "primary key", table_name=spelled))
     return out
 
 
@@ -186,6 +188,6 @@ def _some(values: Sequence[str]) -> str:
 
 
 def _result(expectation: Expectation, passed: bool, detail: str) -> ExpectationResult:
-    return ExpectationResult(table=expectation.table, column=", ".join(expectation.columns), kind=expectation.kind,
+    return ExpectationResult(table=expectation.table_name or expectation.table, column=", ".join(expectation.columns), kind=expectation.kind,
                              why=expectation.why, passed=passed, detail=detail)
 

@@ -94,9 +94,14 @@ def verified_impact(queries: Sequence[VerifiedQueryConfig], reads: Sequence[Read
                     diff: SchemaDiff) -> list[QueryImpact]:
     """The verified queries that read a table or column the diff drops or changes, with a reason for each (`reads`:
     each query's `columns_read`)."""
-    dropped_tables = {t.lower() for t in diff.removed_tables}
-    dropped = {tuple(c.lower().rsplit(".", 1)) for c in diff.removed_columns}
-    changed = {(c.table.lower(), c.column.lower()): f"{c.before} → {c.after}" for c in diff.changed_columns}
+    # keyed in lower case (how statements are read), told in the diff's spelling (the table's own case)
+    dropped_tables = {t.lower(): t for t in diff.removed_tables}
+    renamed = {(r.table.lower(), r.before.lower()): f"{r.table}.{r.before}, which was renamed to {r.table}.{r.after}"
+               for r in diff.renamed_columns}
+    dropped = {key: f"{c}, which was dropped" for c in diff.removed_columns
+               if (key := tuple(c.lower().rsplit(".", 1))) not in renamed}
+    changed = {(c.table.lower(), c.column.lower()): f"{c.table}.{c.column}, whose type changed ({c.before} → {c.after})"
+               for c in diff.changed_columns}
     out = []
     for position, (query, read) in enumerate(zip(queries, reads, strict=True)):
         if read is None:
@@ -104,10 +109,9 @@ def verified_impact(queries: Sequence[VerifiedQueryConfig], reads: Sequence[Read
         tables, pairs = read
         pairs = pairs | {tuple(p.column.lower().rsplit(".", 1)) for p in query.parameters.values()  # type: ignore[misc]
                          if p.column and "." in p.column}
-        reasons = [f"reads table {t}, which was dropped" for t in tables if t in dropped_tables]
-        reasons += [f"reads {t}.{c}, which was dropped" for t, c in sorted(pairs) if (t, c) in dropped]
-        reasons += [f"reads {t}.{c}, whose type changed ({changed[t, c]})" for t, c in sorted(pairs)
-                    if (t, c) in changed]
+        reasons = [f"reads table {dropped_tables[t]}, which was dropped" for t in tables if t in dropped_tables]
+        for found in (renamed, dropped, changed):
+            reasons += [f"reads {found[pair]}" for pair in sorted(pairs) if pair in found]
         if reasons:
             out.append(QueryImpact(position=position, question=query.question, tables=tables, reasons=reasons))
     return out

@@ -71,6 +71,30 @@ class KeyChange(BaseModel):
     after: list[str]
 
 
+class ColumnRename(BaseModel):
+    """A column dropped and one of the same type added in the same table, read as one column renamed."""
+
+    table: str
+    before: str
+    after: str
+    type: str
+
+
+#: How each kind of change reads in a summary, singular and plural.
+CHANGE_WORDS: dict[str, tuple[str, str]] = {
+    "added_tables": ("table added", "tables added"),
+    "removed_tables": ("table dropped", "tables dropped"),
+    "renamed_columns": ("column renamed", "columns renamed"),
+    "added_columns": ("column added", "columns added"),
+    "removed_columns": ("column dropped", "columns dropped"),
+    "changed_columns": ("column changed", "columns changed"),
+    "changed_primary_keys": ("primary key changed", "primary keys changed"),
+    "added_foreign_keys": ("foreign key added", "foreign keys added"),
+    "removed_foreign_keys": ("foreign key dropped", "foreign keys dropped"),
+    "reordered_columns": ("table with columns reordered", "tables with columns reordered"),
+}
+
+
 class SchemaDiff(BaseModel):
     """What changed from one snapshot to the next: empty exactly when their fingerprints are equal."""
 
@@ -83,6 +107,9 @@ class SchemaDiff(BaseModel):
     added_foreign_keys: list[str] = Field(default_factory=list)
     removed_foreign_keys: list[str] = Field(default_factory=list)
     reordered_columns: list[str] = Field(default_factory=list, description="Tables whose columns only moved.")
+    renamed_columns: list[ColumnRename] = Field(
+        default_factory=list, description="Dropped and added columns read as renames; each is also listed in "
+        "removed_columns and added_columns, so readers of those still see the old column gone.")
 
     @property
     def empty(self) -> bool:
@@ -101,11 +128,24 @@ class SchemaDiff(BaseModel):
         """How many changes of each kind (the kinds with none left out): what an event may carry."""
         return {k: len(v) for k in type(self).model_fields if (v := getattr(self, k))}
 
+    def unrenamed_added_columns(self) -> list[str]:
+        """The added columns that are not the new name of a renamed column."""
+        renamed = {f"{r.table}.{r.after}" for r in self.renamed_columns}
+        return [c for c in self.added_columns if c not in renamed]
+
+    def unrenamed_removed_columns(self) -> list[str]:
+        """The dropped columns that are not the old name of a renamed column."""
+        renamed = {f"{r.table}.{r.before}" for r in self.renamed_columns}
+        return [c for c in self.removed_columns if c not in renamed]
+
     def summary(self) -> str:
-        """One line: counts of each kind of change."""
+        """One line: how many changes of each kind, a rename counted once (not as a column dropped and one added)."""
         if self.empty:
             return "no schema changes"
-        return ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in self.counts().items())
+        counts = {k: len(getattr(self, k)) for k in CHANGE_WORDS}
+        counts["added_columns"] = len(self.unrenamed_added_columns())
+        counts["removed_columns"] = len(self.unrenamed_removed_columns())
+        return ", ".join(f"{n} {CHANGE_WORDS[k][n != 1]}" for k, n in counts.items() if n)
 
     def scoped(self, readable: Callable[[str], bool]) -> SchemaDiff:
         """The part of the diff a caller may see: changes to tables `readable` allows (a foreign key only when
@@ -122,7 +162,8 @@ class SchemaDiff(BaseModel):
             changed_primary_keys=[k for k in self.changed_primary_keys if readable(k.table)],
             added_foreign_keys=[fk for fk in self.added_foreign_keys if fk_readable(fk)],
             removed_foreign_keys=[fk for fk in self.removed_foreign_keys if fk_readable(fk)],
-            reordered_columns=[t for t in self.reordered_columns if readable(t)])
+            reordered_columns=[t for t in self.reordered_columns if readable(t)],
+            renamed_columns=[r for r in self.renamed_columns if readable(r.table)])
 
 
 #: How a foreign key reads in a diff: `tickets(agent_id) -> agents(agent_id)`.
@@ -157,8 +198,11 @@ def diff_snapshots(before: SchemaSnapshot | None, after: SchemaSnapshot) -> Sche
             continue  # nothing of a carried-over table can differ
         cols_a = {c.name: c for c in a.columns}
         cols_b = {c.name: c for c in b.columns}
-        diff.added_columns += [f"{name}.{c}" for c in cols_b if c not in cols_a]
-        diff.removed_columns += [f"{name}.{c}" for c in cols_a if c not in cols_b]
+        added = [c for c in cols_b if c not in cols_a]
+        removed = [c for c in cols_a if c not in cols_b]
+        diff.added_columns += [f"{name}.{c}" for c in added]
+        diff.removed_columns += [f"{name}.{c}" for c in removed]
+        diff.renamed_columns += _renames(name, [cols_a[c] for c in removed], [cols_b[c] for c in added])
         for col in [c for c in cols_a if c in cols_b]:
             if _column_text(cols_a[col]) != _column_text(cols_b[col]):
                 diff.changed_columns.append(ColumnChange(table=name, column=col, before=_column_text(cols_a[col]),
@@ -174,3 +218,17 @@ def diff_snapshots(before: SchemaSnapshot | None, after: SchemaSnapshot) -> Sche
         diff.added_foreign_keys += sorted((fks_b - fks_a).elements())
         diff.removed_foreign_keys += sorted((fks_a - fks_b).elements())
     return diff
+
+
+def _renames(table: str, removed: list[ColumnInfo], added: list[ColumnInfo]) -> list[ColumnRename]:
+    """The dropped and added columns of one table that pair up by type alone: a type (with its nullability) that
+    exactly one dropped and exactly one added column have. Other pairings would be guesses, so they stay apart."""
+    by_type_removed = Counter(_column_text(c) for c in removed)
+    by_type_added = Counter(_column_text(c) for c in added)
+    out = []
+    for old in removed:
+        text = _column_text(old)
+        if by_type_removed[text] == 1 and by_type_added[text] == 1:
+            new = next(c for c in added if _column_text(c) == text)
+            out.append(ColumnRename(table=table, before=old.name, after=new.name, type=text))
+    return out

@@ -46,7 +46,8 @@ def test_drift_is_reported_per_datasource_and_published_once(prefect_server: Non
     second = state.result()
     assert second["exit_code"] == 1 and second["reports"][0]["status"] == "drifted"
     [drifted] = [e for e in seen if e.name == "schema.drifted"]
-    assert drifted.data == {"datasource_id": "support", "changes": {"added_columns": 1, "removed_columns": 1},
+    assert drifted.data == {"datasource_id": "support", "changes": {"added_columns": 1, "removed_columns": 1,
+                                                                      "renamed_columns": 1},
                             "impact": {"verified_queries": 1, "policy_patterns": 0, "eval_cases": 0},
                             "failed_expectations": 3}
 
@@ -56,7 +57,7 @@ def test_drift_is_reported_per_datasource_and_published_once(prefect_server: Non
             return {a.key: a.data for a in await client.read_artifacts(artifact_filter=flt)}
 
     report = asyncio.run(artifacts())["drift-support"]
-    assert "column dropped: `tickets.status`" in report and "How many {priority} tickets" in report
+    assert "column renamed: `tickets.status` → `tickets.state`" in report and "How many {priority} tickets" in report
 
     drift_module.drift_check(datasource_ids=["support"], config=str(project))  # the same drift: not again
     assert len([e for e in seen if e.name == "schema.drifted"]) == 1

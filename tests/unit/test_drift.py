@@ -66,12 +66,39 @@ def test_a_renamed_column_drifts_and_names_the_verified_query_it_breaks(built, d
     assert report.diff.removed_columns == ["tickets.status"] and report.diff.added_columns == ["tickets.state"]
     impacted = report.impact.verified_queries
     assert [q.question for q in impacted] == ["How many {priority} tickets are still open?"]
-    assert "reads tickets.status, which was dropped" in impacted[0].reasons
+    assert "reads tickets.status, which was renamed to tickets.state" in impacted[0].reasons
     assert [c.case_id for c in report.impact.eval_cases] == ["open_tickets"]
     failed = {(e.column, e.kind) for e in report.failed_expectations}
     assert ("status", "column_exists") in failed and ("status", "value_set") in failed
     text = report.markdown()
-    assert "column dropped: `tickets.status`" in text and "How many {priority} tickets" in text
+    assert "column renamed: `tickets.status` → `tickets.state`" in text and "How many {priority} tickets" in text
+    assert report.diff.summary() == "1 column renamed"
+
+
+def test_renames_and_expectations_keep_the_tables_own_spelling(built, demo_config: Config) -> None:
+    path, adapter, store = built("chinook")
+    with sqlite3.connect(path) as conn:
+        conn.execute("ALTER TABLE Employee RENAME COLUMN Title TO JobTitle")
+        conn.execute("ALTER TABLE Customer DROP COLUMN Fax")
+        conn.execute("ALTER TABLE Customer ADD COLUMN FaxNumber INTEGER")  # another type: not a rename
+    report = check(demo_config, adapter, store, "chinook")
+    assert report.diff.summary() == "1 column renamed, 1 column added, 1 column dropped"
+    assert [(r.table, r.before, r.after) for r in report.diff.renamed_columns] == [("Employee", "Title", "JobTitle")]
+    assert {e.table for e in report.failed_expectations} == {"Customer", "Employee"}
+    text = report.markdown()
+    assert "- column renamed: `Employee.Title` → `Employee.JobTitle`" in text
+    assert "- column added: `Customer.FaxNumber`" in text and "- column dropped: `Customer.Fax`" in text
+    assert "`Employee.Title` value set" in text and "employee." not in text and "customer." not in text
+
+
+def test_a_rename_whose_values_differ_reads_as_dropped_and_added(built, demo_config: Config) -> None:
+    path, adapter, store = built("chinook")
+    with sqlite3.connect(path) as conn:
+        conn.execute("ALTER TABLE Employee RENAME COLUMN Title TO JobTitle")
+        conn.execute("UPDATE Employee SET JobTitle = 'Staff ' || EmployeeId")  # none of the recorded titles
+    report = check(demo_config, adapter, store, "chinook", expectations=False)
+    assert report.diff.renamed_columns == []
+    assert report.diff.summary() == "1 column added, 1 column dropped"
 
 
 def test_a_category_value_gone_fails_its_expectation(built, demo_config: Config) -> None:

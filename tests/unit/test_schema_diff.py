@@ -90,11 +90,26 @@ def test_each_kind_of_change_is_named() -> None:
     diff = diff_snapshots(before, after)
     assert diff.added_tables == ["queues"] and diff.removed_tables == ["agents"]
     assert diff.added_columns == ["tickets.state"] and diff.removed_columns == ["tickets.status"]
+    assert [(r.table, r.before, r.after, r.type) for r in diff.renamed_columns] == [("tickets", "status", "state", "TEXT")]
     assert [(c.column, c.before, c.after) for c in diff.changed_columns] == [("agent_id", "INTEGER", "BIGINT NOT NULL")]
     assert [(k.before, k.after) for k in diff.changed_primary_keys] == [(["id"], ["id", "agent_id"])]
     assert diff.removed_foreign_keys == ["tickets(agent_id) -> agents(id)"]
     assert diff.changed_tables() == ["agents", "queues", "tickets"]
-    assert diff.counts()["removed_foreign_keys"] == 1 and "1 added tables" in diff.summary()
+    assert diff.counts()["removed_foreign_keys"] == 1
+    assert diff.summary() == ("1 table added, 1 table dropped, 1 column renamed, 1 column changed, "
+                              "1 primary key changed, 1 foreign key dropped")
+
+
+def test_a_rename_needs_one_column_of_the_type_dropped_and_one_added() -> None:
+    before = _support()
+    tickets = before.tables[0].model_copy(deep=True)
+    tickets.columns[1] = ColumnInfo(name="state", type="INTEGER")  # another type: dropped and added, not renamed
+    tickets.columns.append(ColumnInfo(name="notes", type="TEXT"))
+    tickets.columns.append(ColumnInfo(name="memo", type="TEXT"))  # two TEXT columns added: which one is a guess
+    diff = diff_snapshots(before, _support(tickets=tickets))
+    assert diff.renamed_columns == []
+    assert diff.summary() == "3 columns added, 1 column dropped"
+    assert diff_snapshots(_support(tickets=tickets), before).summary() == "1 column added, 3 columns dropped"
 
 
 def test_a_scope_sees_only_its_tables() -> None:
