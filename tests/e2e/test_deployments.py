@@ -88,7 +88,9 @@ def test_ci_runs_the_eval_deployments_and_fails_on_a_regression(server: dict[str
 
 def test_serve_answers_a_question_started_from_a_deployment_run(server: dict[str, str], project: Config,
                                                                 model: ModelScript, tmp_path: Path) -> None:
-    served = _start([str(BIN / "nl2sql"), "-c", str(project.path), "serve"], server, tmp_path / "serve.log")
+    # the test before deployed the same names to a work pool: serving them here is a take-over, asked for
+    served = _start([str(BIN / "nl2sql"), "-c", str(project.path), "serve", "--take-over"], server,
+                    tmp_path / "serve.log")
     try:
         deadline = time.monotonic() + 120
         while "Serving" not in (tmp_path / "serve.log").read_text() or "ask" not in (tmp_path / "serve.log").read_text():

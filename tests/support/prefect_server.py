@@ -28,6 +28,22 @@ def server_env(home: Path, port: int) -> dict[str, str]:
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING"}
 
 
+def wait_until_healthy(api: str, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
+    """Wait for a starting `prefect server start` to answer its health check (RuntimeError naming its log if it
+    exits or takes longer than `timeout`)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"{api}/health", timeout=2) as response:
+                if response.read().strip() == b"true":
+                    return
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"prefect server did not start; see {log}")
+        time.sleep(0.5)
+
+
 @contextmanager
 def prefect_server_process(home: Path, *, extra_env: dict[str, str] | None = None,
                            services: bool = True) -> Iterator[tuple[str, dict[str, str]]]:
@@ -40,17 +56,7 @@ def prefect_server_process(home: Path, *, extra_env: dict[str, str] | None = Non
     proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     api = env["PREFECT_API_URL"]
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{api}/health", timeout=2) as response:
-                    if response.read().strip() == b"true":
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"prefect server did not start; see {home / 'server.log'}")
-            time.sleep(0.5)
+        wait_until_healthy(api, proc, home / "server.log")
         yield api, env
     finally:
         proc.terminate()
