@@ -96,8 +96,6 @@ def ask_command(
 
     config = load_config(config_path(ctx.obj.config_option))  # the file alone: enough to check names, find a desk
     desk = find_desk(config.state_dir)
-    if desk is None:
-        config = ctx.obj.config()  # every check of the engine, and Prefect's environment, for a run here
     from nl2sql.policies.scope import role_rules
 
     for name in [role] if role else []:
@@ -107,6 +105,10 @@ def ask_command(
     role = acting_role(config.policies, user, role)  # with policies.users: the user's own roles only (exit 2)
     if datasource:
         config.datasource(datasource)
+    if desk is None:
+        if not as_json:  # never silent: say what the first seconds go to
+            err_console.print(f"[dim]{escape(waiting_line())}[/]", soft_wrap=True)
+        config = ctx.obj.config()  # every check of the engine, and Prefect's environment, for a run here
     display = LiveDisplay()
     parameters = {"question": question, "role": role, "user_id": user, "datasource_id": datasource,
                   "execute": not no_execute}
@@ -120,6 +122,17 @@ def ask_command(
         print_result(result, streamed=display.streaming)
     if not result.ok:
         raise typer.Exit(1)
+
+
+def waiting_line() -> str:
+    """What a question asked in this process waits for first: the engine's start, and Prefect's local server when no
+    server is set (`PREFECT_API_URL`)."""
+    import os
+
+    if os.environ.get("PREFECT_API_URL"):
+        return "Starting the engine here (a few seconds; `nl2sql serve` keeps one warm for the next questions)…"
+    return ("Starting the engine and Prefect's local server here (about 10 s; `nl2sql serve`, or a Prefect server "
+            "in PREFECT_API_URL, makes the next questions quick)…")
 
 
 def _ask_here(parameters: dict, config: Config, display: LiveDisplay | None) -> QueryResult:

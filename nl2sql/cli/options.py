@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
 
 app = typer.Typer(
     name="nl2sql",
@@ -21,6 +23,24 @@ app.add_typer(datasources_app, name="datasources")
 
 err_console = Console(stderr=True, highlight=False)
 console = Console(highlight=False)
+#: The widest a table printed into a pipe or a file may grow (its rows are then never cut or folded).
+PIPE_TABLE_WIDTH = 100_000
+
+
+def print_table(table: Table, to: Console | None = None) -> None:
+    """Print a table; into a pipe or a file at its full width, so ids and values reach a script whole (a terminal
+    gets the table fitted to its width, as usual)."""
+    out = to or console
+    if out.is_terminal:
+        out.print(table)
+        return
+    natural = Measurement.get(out, out.options.update_width(PIPE_TABLE_WIDTH), table).maximum
+    fitted = out.width
+    out.width = max(fitted, natural)  # print's own width= is capped at the console's width, so widen the console
+    try:
+        out.print(table)
+    finally:
+        out.width = fitted
 
 RoleOption = Annotated[str | None, typer.Option("--role", "-r", help="The asker's role (default: policies.default_role).")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
@@ -50,6 +70,9 @@ def quiet_prefect() -> None:
     """The CLI shows its own progress: Prefect's client logs warnings only, and an embedded server (started by
     this process, its logs on this terminal) only what is critical — its shutdown races are noise here."""
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    # but a run's own log lines (each step in words, how it ended) go to its Logs tab in the Prefect UI
+    os.environ.setdefault("PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_RUNS_LEVEL", "INFO")
+    os.environ.setdefault("PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL", "INFO")
     # a failed task or flow is reported by the command itself, in one line: no traceback on the terminal (the
     # Prefect UI's logs keep it)
     os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "CRITICAL")

@@ -43,6 +43,7 @@ from nl2sql.pipeline.run import drive, fail_run, finish_run, start_run
 from nl2sql.pipeline.runtime import RunContext, Runtime
 from nl2sql.pipeline.state import RunState, pin_state, restore_state
 from nl2sql.pipeline.words import step_words
+from nl2sql.plan.generate import readable_sql
 from nl2sql.policies.users import acting_role
 from nl2sql.project import load_project
 from nl2sql.tasks.ask import call_step_task, submit_sub_queries
@@ -108,17 +109,6 @@ def _count(total: int, truncated: bool) -> str:
 ROWS_KEPT_OUT = ("_The answer and the rows are kept out of Prefect on this project (`settings.prefect.artifact_rows` "
                  "is off): ask with `nl2sql ask`, or see docs/security.md before turning it on._")
 SOURCES = {"verified": "verified query", "plan_cache": "cached plan"}
-
-
-def readable_sql(sql: str, dialect: str | None) -> str:
-    """The SQL laid out on several short lines (the UI shows a code block unwrapped), or as it is when it does not
-    parse."""
-    import sqlglot
-
-    try:
-        return sqlglot.parse_one(sql, read=dialect).sql(dialect=dialect, pretty=True)
-    except Exception:  # the text still shows; only the layout is lost
-        return sql
 
 
 def result_markdown(result: QueryResult, *, rows: bool = False, dialects: dict[str, str] | None = None) -> str:
@@ -199,6 +189,20 @@ class ApprovalInput(RunInput):
     sql_sha256: str = Field(default="", description="The SHA-256 of the SQL approved (filled in; do not change).")
 
 
+def approval_form(request: ApprovalRequest) -> type[ApprovalInput]:
+    """The Resume form of one request. The request (who asked, the question, the reason, the SQL, the approver
+    roles) is the first field's description: the UI shows field descriptions inside the form, above the fields,
+    where the form's own description is squeezed out of the dialog once the fields fill it."""
+    from pydantic import create_model
+
+    described = create_model(  # type: ignore[call-overload]
+        "ApprovalInput", __base__=ApprovalInput,
+        approve=(bool, Field(default=False, description=f"{request.markdown()}\n\n**Approve** runs this SQL; "
+                             "leave it off to deny it.")))
+    return described.with_initial_data(description=f"### Approval needed: {request.reason}",
+                                       request_id=request.id, sql_sha256=request.sql_sha256)
+
+
 def approval_key(request: ApprovalRequest, attempt: int = 0) -> str:
     """The pause key of a request's `attempt`-th wait: the same on a resumed run, so its answers are found again
     in order, and a new one after each answer that did not count."""
@@ -224,8 +228,7 @@ def wait_for_answer(ctx: RunContext, state: RunState, request: ApprovalRequest) 
     settings = ctx.config.settings.approvals
     store, trace_id = ctx.store, ctx.trace.trace_id
     approver_roles = list(ctx.hooks.binding(request.hook).approver_roles)
-    form = ApprovalInput.with_initial_data(description=request.markdown(), request_id=request.id,
-                                           sql_sha256=request.sql_sha256)
+    form = approval_form(request)
     suspending = bool(deployment.get_id())
     deadline = time.monotonic() + settings.timeout_s
     for attempt in itertools.count():
@@ -283,6 +286,7 @@ def ask(question: str, role: str | None = None, user_id: str | None = None, data
     """Answer a question for a role: every step a task run, the SQL and row counts as the run's artifact (the
     answer and rows too with settings.prefect.artifact_rows)."""
     guard_prefect_logs()
+    role, user_id, datasource_id = role or None, user_id or None, datasource_id or None  # the run form's empty ""
     runtime = runtime_for(config)
     role = acting_role(runtime.config.policies, user_id, role)  # with policies.users: the user's own role only
     trace_id = str(flow_run.get_id())

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nl2sql.config.models import PoliciesConfig
 from nl2sql.errors import NL2SQLError
+from nl2sql.plan.generate import readable_sql
 from nl2sql.policies.users import is_proof, proof_matches, token_matches
 
 #: The fields the id covers (reason and approver roles are for display).
@@ -69,9 +70,11 @@ class ApprovalRequest(BaseModel):
 
     def markdown(self) -> str:
         """The request as an approver reads it."""
-        return (f"### Approval needed: {self.reason}\n\n**Asked by:** {self.asker or 'unknown'}  \n"
-                f"**Question:** {self.question}  \n**Datasource:** {self.datasource_id} · **hook:** {self.hook}  \n"
-                f"**Approver roles:** {', '.join(self.approver_roles)}\n\n```sql\n{self.sql}\n```\n\n"
+        # items apart by blank lines: the Prefect UI joins the single line breaks of a field's description
+        return (f"### Approval needed: {self.reason}\n\n"
+                f"- **Asked by:** {self.asker or 'no user id given'}\n\n- **Question:** {self.question}\n\n"
+                f"- **Datasource:** {self.datasource_id} · **hook:** {self.hook}\n\n"
+                f"- **Approver roles:** {', '.join(self.approver_roles)}\n\n```\n{readable_sql(self.sql)}\n```\n\n"
                 f"Request `{self.id[:16]}…` · SQL SHA-256 `{self.sql_sha256[:16]}…`")
 
 

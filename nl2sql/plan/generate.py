@@ -22,6 +22,7 @@ from functools import cache
 import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect, NormalizationStrategy
+from sqlglot.tokens import TokenType
 
 from nl2sql.datasources.guard import sqlglot_dialect
 from nl2sql.plan import model as m
@@ -347,3 +348,74 @@ def generate_sql(plan: m.PlanModel, dialect: str, *, schemas: Mapping[str, str] 
     """The SQL text of a plan in `dialect`."""
     name = dialect_name(dialect)
     return plan_to_expression(plan, name, schemas=schemas).sql(dialect=name, pretty=pretty)
+
+
+#: Tokens a clause starts with: a line of its own in `readable_sql`.
+_CLAUSE_STARTS = frozenset({
+    TokenType.SELECT, TokenType.FROM, TokenType.WHERE, TokenType.GROUP_BY, TokenType.HAVING, TokenType.ORDER_BY,
+    TokenType.LIMIT, TokenType.OFFSET, TokenType.UNION, TokenType.EXCEPT, TokenType.INTERSECT, TokenType.WITH,
+    TokenType.JOIN, TokenType.LEFT, TokenType.RIGHT, TokenType.INNER, TokenType.FULL, TokenType.CROSS,
+    TokenType.WINDOW, TokenType.QUALIFY,
+})  # fmt: skip
+
+
+def readable_sql(sql: str, dialect: str | None = None, width: int = 72) -> str:
+    """The very statement laid out for a person (an approver, the Prefect UI, which shows code unwrapped): only the
+    spaces between tokens change — a clause starts a line, and a long line breaks after its commas outside
+    parentheses — so what is read is what runs. Text that does not tokenize is returned as it is.
+
+    >>> print(readable_sql("SELECT a, b FROM t JOIN u ON t.k = u.k WHERE c = 'x FROM y' ORDER BY a", width=20))
+    SELECT a, b
+    FROM t
+    JOIN u ON t.k = u.k
+    WHERE c = 'x FROM y'
+    ORDER BY a
+    """
+    try:
+        tokens = Dialect.get_or_raise(dialect).tokenize(sql)
+    except Exception:  # display only: the statement still shows as written
+        return sql
+    breaks: dict[int, str] = {}  # a position in `sql` where the whitespace before it becomes a line break
+    depth, previous = 0, None
+    for token in tokens:
+        if token.token_type == TokenType.L_PAREN:
+            depth += 1
+        elif token.token_type == TokenType.R_PAREN:
+            depth = max(0, depth - 1)
+        joined = previous is not None and previous.token_type in (TokenType.LEFT, TokenType.RIGHT, TokenType.INNER,
+                                                                   TokenType.FULL, TokenType.CROSS)
+        if token.token_type in _CLAUSE_STARTS and token.start > 0 and not joined:
+            breaks[token.start] = "\n" + "  " * depth
+        previous = token
+    lines, start = [], 0
+    for position in sorted(breaks):
+        lines.append(sql[start:position].rstrip())
+        start = position
+    lines.append(sql[start:])
+    out = [lines[0].strip()] + [line.strip() for line in lines[1:]]
+    indents = [""] + [breaks[p][1:] for p in sorted(breaks)]
+    laid = []
+    for indent, line in zip(indents, out, strict=True):
+        laid.extend(indent + part for part in _wrap_commas(line, width))
+    return "\n".join(laid)
+
+
+def _wrap_commas(line: str, width: int) -> list[str]:
+    """A long line broken after its commas outside parentheses and quotes (the continuation indented)."""
+    if len(line) <= width:
+        return [line]
+    parts, depth, quote, start = [], 0, None, 0
+    for i, char in enumerate(line):
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "'\"`":
+            quote = char
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth = max(0, depth - 1)
+        elif char == "," and depth == 0:
+            parts.append(line[start:i + 1])
+            start = i + 1
+    parts.append(line[start:])
+    return [parts[0].rstrip()] + ["  " + p.strip() for p in parts[1:]] if len(parts) > 1 else [line]

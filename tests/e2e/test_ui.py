@@ -22,7 +22,7 @@ from playwright.sync_api import expect, sync_playwright
 
 from nl2sql.config import Config
 from nl2sql.llm.fake import FakeLLMServer
-from tests.support.ask import write_ask_project
+from tests.support.ask import ModelScript, write_ask_project
 
 pytestmark = [pytest.mark.slow, pytest.mark.prefect]
 
@@ -69,6 +69,10 @@ def served(fake: FakeLLMServer, tmp_path_factory: pytest.TempPathFactory) -> Ite
             proc.wait(timeout=30)
 
 
+#: What the model says of the urgent tickets (the fake server, scripted).
+ANSWER = "17 urgent tickets are still open: 9 open and 8 pending."
+
+
 def _field(page: Any, name: str) -> Any:
     """A property of a Prefect run or resume form, by its label (`role`, `role (Optional)`)."""
     label = page.locator(".schema-form-property__label", has_text=re.compile(rf"^{name}( \(Optional\))?$"))
@@ -110,10 +114,25 @@ def _ask_in_the_run_form(page: Any, api: str, question: str, role: str, shots: P
     page.get_by_role("link", name="ask", exact=True).first.click()
     page.get_by_role("button", name="Run", exact=True).click()
     page.get_by_role("button", name="Custom run").click()
-    _field(page, "question").locator("textarea").fill(question)
-    role_field = _field(page, "role")
-    role_field.get_by_role("button", name="str", exact=True).click()
-    role_field.locator("textarea, input").first.fill(role)
+    _field(page, "Question").locator("textarea").fill(question)
+    role_field = _field(page, "Role")  # a list of the project's roles, its default role chosen
+    expect(role_field.locator(".p-select-button__value")).to_have_text("viewer")
+    control = role_field.locator("button.p-select-button__control")
+    options = page.get_by_role("option")
+    for open_it in (lambda: control.click(), lambda: control.press("Enter"), lambda: control.press("ArrowDown"),
+                    lambda: control.press(" ")):
+        open_it()
+        page.wait_for_timeout(400)
+        if options.count():
+            break
+    assert {options.nth(i).inner_text().strip() for i in range(options.count())} >= {"admin", "analyst",
+                                                                                     "viewer", "support"}
+    page.screenshot(path=str(shots / "ui-ask-run-roles.png"))
+    page.get_by_role("option", name=role, exact=True).click()
+    expect(role_field.locator(".p-select-button__value")).to_have_text(role)
+    form_text = page.locator("body").inner_text()  # plain fields, nothing internal
+    assert "Property is type" not in form_text
+    assert not {"execute", "config", "artifact"} & {line.split(" (")[0].strip().lower() for line in form_text.splitlines()}
     page.screenshot(path=str(shots / "ui-ask-run-form.png"))
     page.get_by_role("button", name="Submit").click()
     deadline, new = time.monotonic() + 60, set()
@@ -133,17 +152,27 @@ def shots(tmp_path: Path) -> Iterator[Path]:
             shutil.copy(png, Path(keep) / png.name)
 
 
-def test_a_question_from_the_run_form_completes_with_its_steps(browser: Any, served: str, shots: Path) -> None:
+def test_a_question_from_the_run_form_completes_with_its_steps(browser: Any, served: str, shots: Path,
+                                                               fake: FakeLLMServer) -> None:
+    ModelScript(fake).answers["How many urgent tickets are still open?"] = ANSWER
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     _ask_in_the_run_form(page, served, "How many urgent tickets are still open?", "support", shots)
     assert _wait_for_state(page, ENDED) == "Completed"
-    page.screenshot(path=str(shots / "ui-ask-run.png"))
     assert "How many urgent tickets are still open?" in page.locator("body").inner_text()  # named after it
+    page.get_by_text("✓ verified queries").first.wait_for(timeout=30_000)  # its Logs tab: the steps in words
+    expect(page.get_by_text("Asked by").first).to_be_visible()
+    page.screenshot(path=str(shots / "ui-ask-run.png"))
     page.get_by_text("Task Runs", exact=True).click()
     page.get_by_text("verified queries").first.wait_for()  # its steps, each a task run, named as the CLI names them
     assert "ran · sq1 (support)" in page.locator("body").inner_text()
     page.get_by_text("Artifacts", exact=True).click()
-    page.get_by_text(re.compile(r"answer-[0-9a-f-]{36}")).first.wait_for()  # its artifact
+    page.get_by_text(re.compile(r"rows-[0-9a-f-]{36}")).first.wait_for()  # the rows, a table of their own
+    page.get_by_text(re.compile(r"answer-[0-9a-f-]{36}")).first.click()  # the answer, as a person reads it
+    answer = page.get_by_text(ANSWER).first
+    answer.wait_for()
+    expect(answer).to_be_visible()
+    expect(page.get_by_text("still_open").first).to_be_visible()  # the first rows, in a table
+    page.screenshot(path=str(shots / "ui-ask-answer.png"), full_page=True)
     page.close()
 
 
@@ -154,6 +183,12 @@ def test_a_held_question_is_approved_in_the_resume_form(browser: Any, served: st
     page.get_by_role("button", name="Resume").click()
     form = page.locator("[role=dialog], .p-modal").first
     form.get_by_text("FROM Invoice").wait_for()  # the request: the SQL, the datasource, the approver roles
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(shots / "ui-approval-request.png"))
+    request = form.locator(".schema-form-property__description").first  # above the fields, inside the form
+    for seen in ("Asked by:", "Question:", "How much did we earn in each year?", "reads chinook.Invoice",
+                 "FROM Invoice", "Approver roles:"):  # what a person sees on opening the form, not scrolled to
+        expect(request.get_by_text(seen).first).to_be_in_viewport()
     assert "Approver roles: admin" in form.inner_text()
     switch = _field(page, "Approve").locator("input[type=checkbox]")
     for _ in range(25):  # a styled switch, clicked in script: it may render before it listens
