@@ -30,9 +30,10 @@ def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) 
 
 
 @contextmanager
-def _serving(folder: Path, env: dict[str, str], log: Path, *args: str) -> Iterator[subprocess.Popen]:
+def _serving(folder: Path, env: dict[str, str], log: Path, *args: str,
+             command: Path = BIN / "nl2sql") -> Iterator[subprocess.Popen]:
     """`nl2sql serve` started in `folder` (no -c: its nl2sql.yaml), once it says its deployments are served."""
-    proc = subprocess.Popen([str(BIN / "nl2sql"), "serve", *args], cwd=folder, env=env, stdout=log.open("w"),
+    proc = subprocess.Popen([str(command), "serve", *args], cwd=folder, env=env, stdout=log.open("w"),
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
@@ -110,3 +111,55 @@ def test_serve_stops_on_a_signal_after_its_server_is_gone(project: Config, tmp_p
         if server.poll() is None:
             server.kill()
             server.wait()
+
+
+@pytest.fixture(scope="module")
+def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh virtual environment outside the repository holding the project's wheel, built here as the image's
+    build step builds it (deployments/docker/build-steps.sh). Its dependencies are this environment's, reached
+    through a path file: nothing is fetched, and the repository's editable install is not on its path (the
+    editable finder is loaded by a .pth file of that folder, which a path added this way does not run)."""
+    import sysconfig
+
+    root = tmp_path_factory.mktemp("wheel-venv")
+    steps = Path(__file__).resolve().parents[2] / "deployments" / "docker" / "build-steps.sh"
+    offline = {**os.environ, "PIP_NO_BUILD_ISOLATION": "0", "PIP_NO_INDEX": "1"}  # ("0": pip's no- options invert)
+    built = _run(["sh", str(steps), "wheel", sys.executable, str(steps.parents[2]), str(root / "wheels")], root,
+                 offline)
+    assert built.returncode == 0, built.stdout + built.stderr
+    venv = root / "venv"
+    assert _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], root, dict(os.environ)).returncode == 0
+    python = venv / "bin" / "python"
+    site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], root,
+                     dict(os.environ)).stdout.strip())
+    (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    [wheel] = (root / "wheels").glob("nl2sql_engine-*.whl")
+    installed = _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
+                      str(wheel)], root, dict(os.environ))
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    return venv
+
+
+def test_an_installed_wheel_serves_a_project_folder_and_answers(wheel_venv: Path, tmp_path: Path) -> None:
+    """From the wheel, in a fresh environment: `nl2sql init --demo DIR`, then in DIR `nl2sql serve`, and
+    `prefect deployment run 'ask/ask'` answers."""
+    nl2sql, python = wheel_venv / "bin" / "nl2sql", wheel_venv / "bin" / "python"
+    env = {k: v for k, v in os.environ.items() if k not in ("NL2SQL_CONFIG", "PREFECT_API_URL")}
+    where = _run([str(python), "-c", "import nl2sql; print(nl2sql.__file__)"], tmp_path, env).stdout
+    assert where.startswith(str(wheel_venv)), where  # the wheel's package, not the repository's
+    folder = tmp_path / "project"
+    assert _run([str(nl2sql), "init", "--demo", str(folder)], tmp_path, env).returncode == 0
+    (tmp_path / "prefect").mkdir()
+    with prefect_server_process(tmp_path / "prefect") as (_, server):
+        env = {**env, **server, **QUICK}
+        indexed = _run([str(nl2sql), "index", "build"], folder, env)
+        assert indexed.returncode == 0, indexed.stdout + indexed.stderr
+        log = tmp_path / "serve.log"
+        with _serving(folder, env, log, command=nl2sql) as served:
+            asked = _run([str(python), "-m", "prefect", "deployment", "run", "ask/ask", "--param",
+                          "question=How much did we earn in each year?", "--param", "role=analyst", "--watch"],
+                         tmp_path, env)
+            assert asked.returncode == 0, asked.stdout + asked.stderr + log.read_text()
+            assert "Completed" in asked.stdout
+            _stops_within(served, signal.SIGTERM, 5)
+        assert "Traceback" not in log.read_text(), log.read_text()
