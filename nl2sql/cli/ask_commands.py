@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from nl2sql.cli.options import JsonOption, RoleOption, app, console, drain_prefect, err_console
-from nl2sql.pipeline.words import step_words
+from nl2sql.pipeline.words import SOURCE_WORDS, step_words
 
 if TYPE_CHECKING:
     from nl2sql.config import Config
@@ -53,7 +53,7 @@ def print_result(result: QueryResult, *, streamed: bool) -> None:
         console.print(result.answer.content, markup=False)
     for sq in result.sub_queries:
         if sq.sql:
-            source = {"verified": "verified query", "plan_cache": "cached plan"}.get(sq.source or "", "generated")
+            source = SOURCE_WORDS.get(sq.source or "", "generated")
             console.print(f"\n[dim]{escape(sq.datasource_id)} ({source}):[/] [cyan]{escape(sq.sql)}[/]")
     columns, rows = result.columns_and_rows()
     if columns:

@@ -474,8 +474,11 @@ class Adapter(ABC):
         deadline = time.monotonic() + timeout_s
         row_limit = max(1, min(row_limit, self.resources.max_rows))
         if self.runs_in_worker:
-            description, rows, sent = self._workers.fetch(sql, row_limit=row_limit + 1, timeout_s=timeout_s,
-                                                          scope=scope, datasource=self.datasource_id)
+            try:
+                description, rows, sent = self._workers.fetch(sql, row_limit=row_limit + 1, timeout_s=timeout_s,
+                                                              scope=scope, datasource=self.datasource_id)
+            except TimeoutError:  # no answer past the timeout: the worker was stopped with its statement
+                raise self._timeout(timeout_s) from None
             deadline = sent + timeout_s
         else:
             description, rows = self._fetch(sql, row_limit=row_limit + 1, timeout_s=timeout_s, scope=scope)

@@ -34,7 +34,7 @@ READ_ONLY_CONFIG = {
 }
 #: Names DuckDB's parser gives to syntax (LIKE … ESCAPE, list comprehensions), beside the operators' symbols.
 DUCKDB_SYNTAX_FUNCTIONS = frozenset({"like_escape", "not_like_escape", "ilike_escape", "not_ilike_escape",
-                                     "list_apply", "list_filter"})
+                                     "list_apply"})
 #: Table functions that only compute values; every other table function (catalogs, files, settings) is refused.
 VALUE_TABLE_FUNCTIONS = frozenset({"range", "generate_series", "unnest"})
 

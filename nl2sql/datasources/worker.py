@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
-from nl2sql.errors import DatasourceError, NL2SQLError, QueryTimeout
+from nl2sql.errors import DatasourceError, NL2SQLError
 
 if TYPE_CHECKING:
     from nl2sql.datasources.base import Adapter
@@ -93,19 +93,16 @@ class StatementWorker:
     def fetch(self, sql: str, *, row_limit: int, timeout_s: float, scope: Scope | None,
               datasource: str) -> tuple[Any, list[tuple], float]:
         """(description, rows, when it was sent: `time.monotonic()`) of one statement run in the child; raises what
-        the adapter raises there. A child's start does not count against the statement's time."""
+        the adapter raises there, or TimeoutError once the child, no answer given, was stopped. A child's start does
+        not count against the statement's time."""
         try:
             self._wait_ready()
             sent = time.monotonic()
             self._send.send((sql, row_limit, timeout_s, scope))
             kind, payload = self._answer(timeout_s + INTERRUPT_GRACE_S)
-        except TimeoutError:
+        except TimeoutError:  # the adapter reports it as its own QueryTimeout
             self.stop()
-            raise QueryTimeout(
-                f"The statement ran longer than {timeout_s:g} s on datasource '{datasource}' and was cancelled.",
-                fix="Narrow the question (filters, a smaller time range) or raise settings.pipeline.statement_timeout_s.",
-                datasource=datasource,
-            ) from None
+            raise
         except (EOFError, OSError):
             code = self.stop()
             raise DatasourceError(
@@ -159,8 +156,8 @@ class WorkerPool:
             result = worker.fetch(sql, row_limit=row_limit, timeout_s=timeout_s, scope=scope, datasource=datasource)
             keep = True
             return result
-        except NL2SQLError:
-            # the engine refused or failed the statement in a sound child: keep it; a stopped child is gone
+        except NL2SQLError:  # an answer came: the engine refused or failed the statement in a sound child
+            # keep it; a stopped child (a lost one, or one stopped for time) is gone
             keep = worker.alive and worker.ready
             raise
         finally:

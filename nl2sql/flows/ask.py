@@ -42,7 +42,7 @@ from nl2sql.pipeline.result import QueryResult
 from nl2sql.pipeline.run import drive, fail_run, finish_run, start_run
 from nl2sql.pipeline.runtime import RunContext, Runtime
 from nl2sql.pipeline.state import RunState, pin_state, restore_state
-from nl2sql.pipeline.words import step_words
+from nl2sql.pipeline.words import SOURCE_WORDS, step_words
 from nl2sql.plan.generate import readable_sql
 from nl2sql.policies.users import acting_role
 from nl2sql.project import load_project
@@ -108,7 +108,6 @@ def _count(total: int, truncated: bool) -> str:
 #: What the artifact says where the project keeps answers and rows out of Prefect.
 ROWS_KEPT_OUT = ("_The answer and the rows are kept out of Prefect on this project (`settings.prefect.artifact_rows` "
                  "is off): ask with `nl2sql ask`, or see docs/security.md before turning it on._")
-SOURCES = {"verified": "verified query", "plan_cache": "cached plan"}
 
 
 def result_markdown(result: QueryResult, *, rows: bool = False, dialects: dict[str, str] | None = None) -> str:
@@ -123,7 +122,7 @@ def result_markdown(result: QueryResult, *, rows: bool = False, dialects: dict[s
         lines += [ROWS_KEPT_OUT, ""]
     lines += [f"**Status:** {result.status}", ""]
     for sq in result.sub_queries:
-        source = f" · {SOURCES.get(sq.source or '', 'generated')}" if sq.sql else ""
+        source = f" · {SOURCE_WORDS.get(sq.source or '', 'generated')}" if sq.sql else ""
         lines += [f"## {sq.id} · {sq.datasource_id}{source}", ""]
         if sq.question and len(result.sub_queries) > 1:
             lines += [f"_{sq.question}_", ""]

@@ -13,6 +13,9 @@ STEP_WORDS = {"curated_matcher": "verified queries", "resolver": "routing", "dec
               "executor": "ran", "sanity": "checked", "refiner": "refined", "aggregator": "combined",
               "synthesizer": "answer"}
 
+#: Where a sub-query's SQL came from, in words (a plan the model wrote reads "generated").
+SOURCE_WORDS = {"verified": "verified query", "plan_cache": "cached plan"}
+
 
 def step_words(name: str, sub_query_id: str | None = None, datasource_id: str | None = None) -> str:
     """A step as a person reads it, with its sub-query and datasource when it has one."""

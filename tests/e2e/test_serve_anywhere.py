@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from nl2sql.config import Config
+from tests.support.packaging import offline_pip_env
 from tests.support.prefect_server import free_port, prefect_server_process, server_env, wait_until_healthy
 
 pytestmark = [pytest.mark.slow, pytest.mark.prefect]
@@ -58,6 +59,17 @@ def _stops_within(proc: subprocess.Popen, signum: int, seconds: float) -> float:
     return time.monotonic() - sent
 
 
+def _answers_then_stops(prefect: list[str], served: subprocess.Popen, cwd: Path, env: dict[str, str],
+                        log: Path) -> None:
+    """`prefect deployment run 'ask/ask' --watch` completes on the served deployment, then SIGTERM stops it
+    within 5 s."""
+    asked = _run([*prefect, "deployment", "run", "ask/ask", "--param", "question=How much did we earn in each year?",
+                  "--param", "role=analyst", "--watch"], cwd, env)
+    assert asked.returncode == 0, asked.stdout + asked.stderr + log.read_text()
+    assert "Completed" in asked.stdout
+    _stops_within(served, signal.SIGTERM, 5)
+
+
 def test_serve_in_a_project_folder_takes_over_only_when_told_and_answers(project: Config, tmp_path: Path) -> None:
     folder = project.path.parent
     assert Path(__file__).resolve().parents[2] not in folder.resolve().parents  # outside the repository
@@ -81,12 +93,7 @@ def test_serve_in_a_project_folder_takes_over_only_when_told_and_answers(project
         log = tmp_path / "serve.log"
         with _serving(folder, env, log, "--take-over") as served:
             assert "ask/ask was work pool nl2sql's deployment" in log.read_text()
-            asked = _run([prefect, "deployment", "run", "ask/ask", "--param",
-                          "question=How much did we earn in each year?", "--param", "role=analyst", "--watch"],
-                         tmp_path, env)
-            assert asked.returncode == 0, asked.stdout + asked.stderr + log.read_text()
-            assert "Completed" in asked.stdout
-            _stops_within(served, signal.SIGTERM, 5)
+            _answers_then_stops([prefect], served, tmp_path, env, log)
         assert "Traceback" not in log.read_text(), log.read_text()
         assert "Stopped." in log.read_text()
 
@@ -123,9 +130,8 @@ def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     root = tmp_path_factory.mktemp("wheel-venv")
     steps = Path(__file__).resolve().parents[2] / "deployments" / "docker" / "build-steps.sh"
-    offline = {**os.environ, "PIP_NO_BUILD_ISOLATION": "0", "PIP_NO_INDEX": "1"}  # ("0": pip's no- options invert)
     built = _run(["sh", str(steps), "wheel", sys.executable, str(steps.parents[2]), str(root / "wheels")], root,
-                 offline)
+                 offline_pip_env())
     assert built.returncode == 0, built.stdout + built.stderr
     venv = root / "venv"
     assert _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], root, dict(os.environ)).returncode == 0
@@ -156,10 +162,5 @@ def test_an_installed_wheel_serves_a_project_folder_and_answers(wheel_venv: Path
         assert indexed.returncode == 0, indexed.stdout + indexed.stderr
         log = tmp_path / "serve.log"
         with _serving(folder, env, log, command=nl2sql) as served:
-            asked = _run([str(python), "-m", "prefect", "deployment", "run", "ask/ask", "--param",
-                          "question=How much did we earn in each year?", "--param", "role=analyst", "--watch"],
-                         tmp_path, env)
-            assert asked.returncode == 0, asked.stdout + asked.stderr + log.read_text()
-            assert "Completed" in asked.stdout
-            _stops_within(served, signal.SIGTERM, 5)
+            _answers_then_stops([str(python), "-m", "prefect"], served, tmp_path, env, log)
         assert "Traceback" not in log.read_text(), log.read_text()

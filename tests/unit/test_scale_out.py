@@ -24,6 +24,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.packaging import offline_pip_env
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "deployments" / "docker"
 KUBERNETES = ROOT / "deployments" / "kubernetes"
@@ -143,10 +145,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     scratch = tmp_path_factory.mktemp("image")
     context = build_context(scratch / "src")
     wheels, target = scratch / "wheels", scratch / "site"
-    # pip reads PIP_NO_BUILD_ISOLATION=0 as --no-build-isolation (its "no-" options invert): the dev extra's setuptools
-    offline = {**os.environ, "PIP_NO_BUILD_ISOLATION": "0", "PIP_NO_INDEX": "1"}
     run = subprocess.run(["sh", str(BUILD_STEPS), "wheel", sys.executable, str(context), str(wheels)],
-                         capture_output=True, text=True, timeout=120, env=offline)
+                         capture_output=True, text=True, timeout=120, env=offline_pip_env())
     assert run.returncode == 0, run.stdout + run.stderr
     environment = {**os.environ, "PIP_NO_DEPS": "1", "PIP_TARGET": str(target), "PIP_NO_INDEX": "1"}
     run = subprocess.run(["sh", str(BUILD_STEPS), "install", sys.executable, str(wheels), "postgres"],
