@@ -34,6 +34,8 @@ demo: install
 	$(NL2SQL) ask "How many urgent tickets are still open?" --role support
 	@echo "A free-form question needs a model (OPENAI_API_KEY, ANTHROPIC_API_KEY, or NL2SQL_LLM_BASE_URL and NL2SQL_LLM_MODEL for a local server, set before 'make demo'; see docs/models.md):"
 	$(NL2SQL) ask "Which genres sell best in Germany?" --role analyst || echo "(exit $$?, as expected without a model)"
+	@echo "The first question started the project's question desk, which answered the others warm:"
+	@$(NL2SQL) desk status || true
 
 test: install
 	$(BIN)/python -m pytest -n 2 -q -m "not slow"

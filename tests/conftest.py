@@ -19,6 +19,10 @@ prepare_prefect_env(Path(__file__).resolve().parent.parent / ".nl2sql" / "tests"
 # The embedder's rewritten graphs: kept in the same ignored folder, not the user's cache (subprocesses inherit it).
 os.environ["NL2SQL_CACHE_DIR"] = str(Path(__file__).resolve().parent.parent / ".nl2sql" / "cache")
 
+# `nl2sql ask` in a subprocess asks in its own process: no background question desk outlives a test (the desk's own
+# tests turn it on for their commands).
+os.environ["NL2SQL_BACKGROUND_DESK"] = "0"
+
 pytest_plugins = ["tests.support.fixtures"]
 
 

@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from nl2sql.cli.options import JsonOption, RoleOption, app, console, drain_prefect, err_console
+from nl2sql.cli.options import JsonOption, RoleOption, app, console, drain_prefect, err_console, print_table
 from nl2sql.pipeline.words import SOURCE_WORDS, step_words
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def print_result(result: QueryResult, *, streamed: bool) -> None:
         table = Table(*columns)
         for row in rows:
             table.add_row(*["" if v is None else escape(str(v)) for v in row])
-        console.print(table)
+        print_table(table)  # in a pipe at its full width: values reach a script whole
         total = result.combined.total_rows if result.combined else next(
             (sq.total_rows for sq in result.sub_queries if sq.columns), len(rows))
         plural = "row" if (total or len(rows)) == 1 else "rows"
@@ -87,15 +87,21 @@ def ask_command(
     = None,
     datasource: Annotated[str | None, typer.Option("--datasource", "-d", help="Ask this datasource only.")] = None,
     no_execute: Annotated[bool, typer.Option("--no-execute", help="Write the SQL, do not run it.")] = False,
+    no_desk: Annotated[bool, typer.Option("--no-desk", help="Ask in this process: hand the question to no desk "
+                                          "and start none (for scripts that should leave nothing running).")] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Ask a question: the steps tick by, the answer streams, the rows print as a table (exit 1 if refused/failed).
-    With `nl2sql serve` running on the project, the question runs there (warm), else in this process."""
-    from nl2sql.cli.handover import find_desk, hand_over
+    The question runs at the project's question desk (`nl2sql serve`'s, or one the first question starts in the
+    background and that stops after settings.desk.idle_stop_s without a question), warm; else in this process."""
+    from nl2sql.cli.handover import background_desk_wanted, find_desk, hand_over, serves_this_shell
     from nl2sql.config import config_path, load_config
 
     config = load_config(config_path(ctx.obj.config_option))  # the file alone: enough to check names, find a desk
-    desk = find_desk(config.state_dir)
+    desk = None if no_desk else find_desk(config.state_dir)
+    if desk is not None and not serves_this_shell(desk):
+        desk = None  # a background desk on another Prefect server: asked here (`nl2sql desk stop` ends that one)
+        no_desk = True
     from nl2sql.policies.scope import role_rules
 
     for name in [role] if role else []:
@@ -105,6 +111,8 @@ def ask_command(
     role = acting_role(config.policies, user, role)  # with policies.users: the user's own roles only (exit 2)
     if datasource:
         config.datasource(datasource)
+    if desk is None and not no_desk and background_desk_wanted(config.settings.desk.background):
+        desk = _start_desk(config, quiet=as_json)
     if desk is None:
         if not as_json:  # never silent: say what the first seconds go to
             err_console.print(f"[dim]{escape(waiting_line())}[/]", soft_wrap=True)
@@ -122,6 +130,23 @@ def ask_command(
         print_result(result, streamed=display.streaming)
     if not result.ok:
         raise typer.Exit(1)
+
+
+def _start_desk(config: Config, *, quiet: bool):  # -> Desk | None
+    """Start the project's background desk for this question and the next ones, saying so first; None (and one
+    line why) when it did not start: the question is then asked here."""
+    from nl2sql.cli.handover import DESK_LOG, start_background_desk
+
+    minutes = max(1, round(config.settings.desk.idle_stop_s / 60))
+    if not quiet:
+        err_console.print(f"[dim]Starting the question desk in the background (about 10 s, once: it keeps the engine "
+                          f"and Prefect warm for the next questions, and stops after {minutes} min without one; "
+                          "`--no-desk` asks in this process)…[/]", soft_wrap=True)
+    desk = start_background_desk(config.path, config.state_dir)
+    if desk is None and not quiet:
+        err_console.print(f"[yellow]note[/] the question desk did not start (see "
+                          f"{escape(str(config.state_dir / DESK_LOG))}): asking here.", soft_wrap=True)
+    return desk
 
 
 def waiting_line() -> str:

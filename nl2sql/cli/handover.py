@@ -11,6 +11,8 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,22 +33,70 @@ RETRY_WAITS_S = (0.1, 0.4)
 _TRANSIENT = (ConnectionResetError, ConnectionRefusedError, ConnectionAbortedError, BrokenPipeError)
 
 
+#: The background desk's output, in the state folder.
+DESK_LOG = "desk.log"
+#: How long a first `nl2sql ask` waits for the background desk it started (Prefect's and the engine's start).
+DESK_START_WAIT_S = 120.0
+
+
 @dataclass(frozen=True)
 class Desk:
-    """Where a running `nl2sql serve` takes questions."""
+    """Where a running `nl2sql serve`, or a background desk, takes questions."""
 
     port: int
     token: str
+    pid: int = 0
+    kind: str = "serve"
+    prefect_api_url: str = ""
+    started: float = 0.0
 
 
 def find_desk(state_dir: Path) -> Desk | None:
-    """The desk of a `nl2sql serve` running on this project, or None (no file, or its process is gone)."""
+    """The desk running on this project, or None (no file, or its process is gone)."""
     try:
         found = json.loads((state_dir / DESK_FILE).read_text())
         os.kill(int(found["pid"]), 0)
-        return Desk(port=int(found["port"]), token=str(found["token"]))
+        return Desk(port=int(found["port"]), token=str(found["token"]), pid=int(found["pid"]),
+                    kind=str(found.get("kind", "serve")), prefect_api_url=str(found.get("prefect_api_url", "")),
+                    started=float(found.get("started", 0.0)))
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def serves_this_shell(desk: Desk) -> bool:
+    """Whether a question handed to this desk lands where this shell's Prefect points: a background desk keeps the
+    PREFECT_API_URL of the `nl2sql ask` that started it (`nl2sql serve`'s desk is the project's, whatever it is)."""
+    return desk.kind != "background" or desk.prefect_api_url == os.environ.get("PREFECT_API_URL", "")
+
+
+def background_desk_wanted(enabled_in_config: bool) -> bool:
+    """Whether a `nl2sql ask` that finds no desk starts one: `settings.desk.background`, unless
+    NL2SQL_BACKGROUND_DESK is 0/false/no/off in the environment."""
+    setting = os.environ.get("NL2SQL_BACKGROUND_DESK", "").strip().lower()
+    return enabled_in_config and setting not in ("0", "false", "no", "off")
+
+
+def start_background_desk(config_file: Path, state_dir: Path, wait_s: float = DESK_START_WAIT_S) -> Desk | None:
+    """Start a background desk on the project (a process of its own, its output in STATE_DIR/desk.log) and wait
+    until a desk takes questions: this one, or another that an `nl2sql ask` beside this one started. None when it
+    stopped without one (its log says why) or did not start in `wait_s`."""
+    from nl2sql.private_files import private_folder
+
+    private_folder(state_dir)
+    descriptor = os.open(state_dir / DESK_LOG, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # the last start's
+    with os.fdopen(descriptor, "ab") as log:
+        process = subprocess.Popen([sys.executable, "-m", "nl2sql.cli", "-c", str(config_file), "desk", "run"],
+                                   stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True, close_fds=True)  # outlives this command, holds no pipe
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        desk = find_desk(state_dir)
+        if desk is not None:
+            return desk
+        if process.poll() not in (None, 0):  # it failed (0: it gave way to a desk started beside it)
+            return None
+        time.sleep(0.05)
+    return None
 
 
 def hand_over(desk: Desk, parameters: dict[str, Any], on_event: Callable[[Event], None] | None) -> QueryResult | None:

@@ -25,6 +25,7 @@ def register_commands() -> None:
         approval_commands,
         ask_commands,
         data_commands,
+        desk_commands,
         eval_commands,
         index_commands,
         mcp_commands,

@@ -98,5 +98,16 @@ def write_command(
     target.write_text(prefect_yaml(config, target.parent, work_pool=work_pool), encoding="utf-8")
     names = [spec.name for spec in project_deployments(config)]
     console.print(f"Wrote {target}: {len(names)} deployments ({', '.join(names)}) on work pool {work_pool}. From "
-                  f"{target.parent}: `prefect --no-prompt deploy --all`, then `prefect worker start --pool "
-                  f"{work_pool}`.", soft_wrap=True)
+                  f"{target.parent}: `prefect --no-prompt deploy --all`, `nl2sql deployments forms` (the ask run "
+                  f"form's lists of roles and datasources), then `prefect worker start --pool {work_pool}`.",
+                  soft_wrap=True)
+
+
+@deployments_app.command("forms")
+def forms_command(ctx: typer.Context) -> None:
+    """Give the deployed `ask` its run form for people (the project's roles and datasources as choices, nothing
+    internal): run after `prefect deploy --all`, which takes the form from the flow's signature."""
+    from nl2sql.flows.deployments import apply_ask_run_form
+
+    name = apply_ask_run_form(ctx.obj.config())
+    console.print(f"{name}: its run form lists this project's roles and datasources.")

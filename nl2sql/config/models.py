@@ -544,6 +544,17 @@ class PrefectSettings(Strict):
                                                    "`nl2sql automations apply` makes.")
 
 
+class DeskSettings(Strict):
+    """The question desk that a first `nl2sql ask` starts in the background: the engine and Prefect kept warm, so
+    the next questions skip their start."""
+
+    background: bool = Field(default=True, description="A `nl2sql ask` that finds no desk starts one in the "
+                             "background and hands it the question (`--no-desk` asks in the command's own process; "
+                             "NL2SQL_BACKGROUND_DESK=0 turns this off for a shell or a CI job).")
+    idle_stop_s: int = Field(default=900, ge=10, description="A background desk stops after this many seconds "
+                             "without a question (a question waiting for an approver keeps it).")
+
+
 class Settings(Strict):
     """Tunable behaviour, with defaults that suit a small team."""
 
@@ -555,6 +566,7 @@ class Settings(Strict):
     pipeline: PipelineSettings = Field(default_factory=PipelineSettings)
     resources: ResourceSettings = Field(default_factory=ResourceSettings)
     prefect: PrefectSettings = Field(default_factory=PrefectSettings)
+    desk: DeskSettings = Field(default_factory=DeskSettings)
 
 
 class StorageConfig(Strict):

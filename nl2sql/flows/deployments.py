@@ -155,6 +155,7 @@ def prefect_yaml(config: Config, folder: Path, *, work_pool: str = WORK_POOL) ->
     header = (f"# nl2sql's deployments of {config_file}, for the process work pool {work_pool!r}: from this folder,\n"
               f"#   prefect work-pool create {work_pool} --type process\n"
               "#   prefect --no-prompt deploy --all\n"
+              "#   nl2sql deployments forms    (the ask run form: the project's roles and datasources as choices)\n"
               f"#   prefect worker start --pool {work_pool}\n"
               "# Written by `nl2sql deployments write`; write it again after changing evals in the configuration.\n")
     return header + yaml.safe_dump(document, sort_keys=False, width=1000, allow_unicode=True)
@@ -227,6 +228,26 @@ def ask_run_form(schema: dict[str, Any], config: Config) -> dict[str, Any]:
     for position, name in enumerate(ASK_FORM_FIELDS):
         fields[name]["position"] = properties.get(name, {}).get("position", position)
     return {**schema, "properties": fields, "required": ["question"]}
+
+
+def apply_ask_run_form(config: Config) -> str:
+    """Give the `ask` deployment on the Prefect server (one `prefect deploy` made from a written prefect.yaml, which
+    takes its form from the flow's signature) the project's run form; its `flow/deployment` name."""
+    from prefect import get_client
+    from prefect.client.schemas.actions import DeploymentUpdate
+    from prefect.exceptions import ObjectNotFound
+
+    spec = next(s for s in project_deployments(config) if s.entrypoint == ASK_ENTRYPOINT)
+    name = f"{spec.flow_name}/{spec.name}"
+    with get_client(sync_client=True) as client:
+        try:
+            deployment = client.read_deployment_by_name(name)
+        except ObjectNotFound:
+            raise NL2SQLError(f"No deployment {name} on the Prefect server.", fix="Deploy first (`prefect --no-prompt "
+                              "deploy --all` beside the prefect.yaml `nl2sql deployments write` wrote).") from None
+        form = ask_run_form(deployment.parameter_openapi_schema or {}, config)
+        client.update_deployment(deployment.id, DeploymentUpdate(parameter_openapi_schema=form))
+    return name
 
 
 def serve_deployments(config: Path, specs: tuple[DeploymentSpec, ...], *, limit: int | None = None,

@@ -11,13 +11,16 @@ client sends ends in a traceback.
 from __future__ import annotations
 
 import contextvars
+import fcntl
 import json
 import logging
 import os
 import queue
 import secrets
+import signal
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -38,6 +41,8 @@ ASK_PARAMETERS = ("question", "role", "user_id", "datasource_id", "execute")
 #: Connections the kernel holds for the desk while its thread accepts others: many `nl2sql ask` at once (a
 #: script, a team) must wait their turn, not be reset (socketserver's default is 5).
 LISTEN_BACKLOG = 128
+#: How long a stopping background desk lets the questions it runs finish.
+QUESTIONS_FINISH_S = 30.0
 #: The largest question body the desk reads (a question and its few parameters).
 MAX_BODY_BYTES = 1 << 20
 _relay_to: contextvars.ContextVar[queue.Queue | None] = contextvars.ContextVar("nl2sql_desk_queue", default=None)
@@ -75,12 +80,18 @@ class DeskServer(ThreadingHTTPServer):
 
 
 class QuestionDesk:
-    """A loopback HTTP endpoint (POST /ask) that runs handed-over questions through the `ask` flow."""
+    """A loopback HTTP endpoint (POST /ask) that runs handed-over questions through the `ask` flow: `nl2sql serve`'s
+    (kind "serve"), or one a first `nl2sql ask` started in the background (kind "background")."""
 
-    def __init__(self, config: Path, state_dir: Path) -> None:
+    def __init__(self, config: Path, state_dir: Path, kind: str = "serve") -> None:
         self.config = str(config.resolve())
         self.file = state_dir / DESK_FILE
+        self.kind = kind
         self.token = secrets.token_urlsafe(32)
+        self.answered = 0
+        self.last_question_at = time.monotonic()
+        self._asking = 0
+        self._count_lock = threading.Lock()
         desk = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -92,23 +103,53 @@ class QuestionDesk:
 
         self.server = DeskServer(("127.0.0.1", 0), Handler)
 
-    def start(self) -> None:
-        """Load the engine, listen, and tell `nl2sql ask` where (the desk file)."""
+    def start(self) -> bool:
+        """Load the engine, listen, and tell `nl2sql ask` where (the desk file). A background desk does not take the
+        place of a live desk already there (False: it should stop); `nl2sql serve`'s always does, and stops a
+        background desk it replaces."""
         runtime = runtime_for(self.config)  # the engine and its connections, loaded once
         shared_embedder().embed(["warm"])  # the embedding model, loaded once
         for datasource in runtime.config.datasources:  # each live index read once (it stays cached)
             runtime.index.retriever.live(datasource.id)
         if _relay not in ASK_LISTENERS:
             ASK_LISTENERS.append(_relay)
-        threading.Thread(target=self.server.serve_forever, name="nl2sql-desk", daemon=True).start()
         private_folder(self.file.parent)
-        descriptor = os.open(self.file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(descriptor, "w") as out:
-            json.dump({"pid": os.getpid(), "port": self.server.server_address[1], "token": self.token}, out)
+        # the look at the file and the write are one step for every desk of this state folder
+        replaced: int | None = None
+        with open(self.file.with_suffix(".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            there = read_desk_file(self.file)
+            if there is not None and there["pid"] != os.getpid():
+                if self.kind == "background":
+                    return False
+                if there.get("kind") == "background":
+                    replaced = int(there["pid"])
+            threading.Thread(target=self.server.serve_forever, name="nl2sql-desk", daemon=True).start()
+            descriptor = os.open(self.file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(descriptor, "w") as out:
+                json.dump({"pid": os.getpid(), "port": self.server.server_address[1], "token": self.token,
+                           "kind": self.kind, "config": self.config, "started": time.time(),
+                           "prefect_api_url": os.environ.get("PREFECT_API_URL", "")}, out)
+        if replaced is not None:  # it sees the file is no longer its own; the signal makes it go now
+            stop_process(replaced)
+        return True
+
+    def is_the_desk(self) -> bool:
+        """Whether the desk file still names this desk (`nl2sql serve` takes a background desk's place)."""
+        there = read_desk_file(self.file)
+        return there is not None and there["pid"] == os.getpid() and there.get("port") == self.server.server_address[1]
+
+    def idle_for(self) -> float:
+        """Seconds since the last question ended (0 while one runs, an approver's wait included)."""
+        with self._count_lock:
+            return 0.0 if self._asking else time.monotonic() - self.last_question_at
 
     def close(self) -> None:
-        """Stop listening and take the desk file away."""
-        self.file.unlink(missing_ok=True)
+        """Stop listening and take the desk file away (if it is still this desk's)."""
+        with open(self.file.with_suffix(".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if self.is_the_desk():
+                self.file.unlink(missing_ok=True)
         self.server.shutdown()
         self.server.server_close()
 
@@ -140,6 +181,18 @@ class QuestionDesk:
             request.send_error(400)
             return
         outbox: queue.Queue[Any] = queue.Queue()
+        with self._count_lock:
+            self._asking += 1
+        try:
+            self._relay_answer(request, parameters, outbox)
+        finally:
+            with self._count_lock:
+                self._asking -= 1
+                self.answered += 1
+                self.last_question_at = time.monotonic()
+
+    def _relay_answer(self, request: BaseHTTPRequestHandler, parameters: dict[str, Any], outbox: queue.Queue) -> None:
+        """Run the question in a thread of its own; write its events, then its result or error, as they come."""
 
         def run() -> None:
             _relay_to.set(outbox)
@@ -172,3 +225,67 @@ class QuestionDesk:
                 return
             if not isinstance(item, Event):
                 return
+
+
+def read_desk_file(file: Path) -> dict[str, Any] | None:
+    """The desk file's content when its process is alive, else None."""
+    try:
+        found = json.loads(file.read_text())
+        os.kill(int(found["pid"]), 0)
+        return found
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def stop_process(pid: int, wait_s: float = 10.0) -> bool:
+    """SIGTERM a desk's process and wait for it to go (True when it went)."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except OSError:
+        return True
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def warm_prefect() -> None:
+    """Reach the Prefect API once: with no PREFECT_API_URL this starts Prefect's temporary server, which this process
+    then keeps for every question it runs."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        client.hello()
+
+
+def run_background_desk(config: Path, state_dir: Path, idle_stop_s: float) -> None:
+    """A desk of its own (no deployments served): Prefect and the engine started once, questions taken until
+    `idle_stop_s` pass without one, SIGTERM or SIGINT, or `nl2sql serve` takes its place."""
+    stopping = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stopping.set())
+    warm_prefect()
+    desk = QuestionDesk(config, state_dir, kind="background")
+    if not desk.start():
+        log.info("another desk takes this project's questions: this one stops")
+        desk.server.server_close()
+        return
+    log.info("the question desk takes questions on %s; it stops after %d s without one", config, idle_stop_s)
+    try:
+        while not stopping.wait(1.0):
+            if not desk.is_the_desk():
+                log.info("`nl2sql serve` takes this project's questions now: the background desk stops")
+                break
+            if desk.idle_for() >= idle_stop_s:
+                log.info("no question for %d s: the background desk stops (%d answered)", idle_stop_s,
+                         desk.answered)
+                break
+    finally:
+        desk.close()
+        deadline = time.monotonic() + QUESTIONS_FINISH_S
+        while desk.idle_for() == 0.0 and time.monotonic() < deadline:  # questions under way may finish
+            time.sleep(0.1)

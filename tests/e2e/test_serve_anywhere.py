@@ -4,6 +4,7 @@ real `prefect server start` on loopback. It takes over a work pool's deployments
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -84,6 +85,12 @@ def test_serve_in_a_project_folder_takes_over_only_when_told_and_answers(project
         assert _run([prefect, "work-pool", "create", "nl2sql", "--type", "process"], folder, env).returncode == 0
         deployed = _run([prefect, "--no-prompt", "deploy", "--all"], folder, env)
         assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+        formed = _run([str(BIN / "nl2sql"), "deployments", "forms"], folder, env)
+        assert formed.returncode == 0, formed.stdout + formed.stderr
+        schema = json.loads(_run([prefect, "deployment", "inspect", "ask/ask", "--output", "json"], folder,
+                                 env).stdout)["parameter_openapi_schema"]
+        assert schema["properties"]["role"]["enum"] == list(project.policies.roles)  # the work pool's form too
+        assert "config" not in schema["properties"]
 
         refused = _run([str(BIN / "nl2sql"), "serve"], folder, env, timeout=120)
         assert refused.returncode == 2, refused.stdout + refused.stderr

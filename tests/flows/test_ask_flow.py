@@ -123,7 +123,8 @@ def test_the_run_shows_a_person_the_answer_the_sql_the_rows_and_its_steps(projec
                 logs = await client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(
                     any_=[result.trace_id])))
                 messages = [entry.message for entry in logs]
-                if any(m.startswith("Finished") for m in messages) or time.monotonic() > deadline:
+                # the run's own last line (Prefect's "Finished in state …" may come in an earlier batch)
+                if any(m.startswith("Finished: ") for m in messages) or time.monotonic() > deadline:
                     return {a.type: a for a in artifacts}, messages
                 await asyncio.sleep(0.5)
 

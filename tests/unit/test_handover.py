@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from nl2sql.cli.handover import DESK_FILE, RETRY_WAITS_S, Desk, find_desk, hand_over
+from nl2sql.cli.handover import (
+    DESK_FILE,
+    RETRY_WAITS_S,
+    Desk,
+    background_desk_wanted,
+    find_desk,
+    hand_over,
+    serves_this_shell,
+)
 from nl2sql.errors import HandedOverError
 from tests.support.loopback import LoopbackServer
 
@@ -19,11 +27,37 @@ from tests.support.loopback import LoopbackServer
 def test_a_desk_is_found_only_while_its_process_lives(tmp_path: Path) -> None:
     assert find_desk(tmp_path) is None  # no file
     (tmp_path / DESK_FILE).write_text(json.dumps({"pid": os.getpid(), "port": 4567, "token": "t"}))
-    assert find_desk(tmp_path) == Desk(port=4567, token="t")
+    assert find_desk(tmp_path) == Desk(port=4567, token="t", pid=os.getpid())  # a desk file before kinds: serve's
     (tmp_path / DESK_FILE).write_text(json.dumps({"pid": 2 ** 22 + 12345, "port": 4567, "token": "t"}))
     assert find_desk(tmp_path) is None  # its process is gone
     (tmp_path / DESK_FILE).write_text("{not json")
     assert find_desk(tmp_path) is None
+
+
+def test_a_background_desk_serves_only_askers_on_its_own_prefect_server(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / DESK_FILE).write_text(json.dumps({"pid": os.getpid(), "port": 1, "token": "t", "kind": "background",
+                                                  "prefect_api_url": "http://127.0.0.1:4200/api"}))
+    found = find_desk(tmp_path)
+    assert found is not None and found.kind == "background"
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:4200/api")
+    assert serves_this_shell(found)
+    monkeypatch.delenv("PREFECT_API_URL")  # this shell's runs would go to Prefect's local server, not that one
+    assert not serves_this_shell(found)
+    assert serves_this_shell(Desk(port=1, token="t", kind="serve", prefect_api_url="http://elsewhere/api"))
+
+
+@pytest.mark.parametrize(("setting", "configured", "wanted"), [
+    (None, True, True), ("0", True, False), ("off", True, False), ("false", True, False), ("1", True, True),
+    (None, False, False), ("1", False, False),
+])
+def test_a_background_desk_is_started_unless_the_configuration_or_the_environment_says_no(
+        setting: str | None, configured: bool, wanted: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if setting is None:
+        monkeypatch.delenv("NL2SQL_BACKGROUND_DESK", raising=False)
+    else:
+        monkeypatch.setenv("NL2SQL_BACKGROUND_DESK", setting)
+    assert background_desk_wanted(configured) is wanted
 
 
 def test_a_desk_that_does_not_answer_sends_the_question_back_here() -> None:
