@@ -74,6 +74,10 @@ class SchemaSnapshot(BaseModel):
         default=None, description="Keys inferred where the database declares none (kept apart from the declared "
         "ones: the fingerprint and the drift check compare only what the database says).")
 
+    def column_names(self) -> set[str]:
+        """Every column name of every table (how SQLite tells a double-quoted name from a string)."""
+        return {c.name for t in self.tables for c in t.columns}
+
     def table(self, name: str, schema: str | None = None) -> TableInfo | None:
         """The table with this name (exact first, then case-insensitive), optionally in `schema`."""
         candidates = [t for t in self.tables if schema is None or (t.schema_name or "") == schema]

@@ -139,8 +139,10 @@ def write_records(report: Mapping[str, Any], root: Path, *, note: str | None = N
 
 
 def read_records(root: Path) -> list[tuple[Path, dict[str, Any]]]:
-    """Every record under root, in path order."""
-    return [(p, json.loads(p.read_text())) for p in sorted(root.glob("*/*/*.json"))]
+    """Every record under root (`MODE/DATABASE/*.json`), in path order; other JSON there (a benchmark's data or
+    figures) is not a record."""
+    found = [(p, json.loads(p.read_text())) for p in sorted(root.glob("*/*/*.json"))]
+    return [(p, r) for p, r in found if isinstance(r, dict) and "kind" in r and "metrics" in r]
 
 
 def _order(path: Path, record: Mapping[str, Any]) -> tuple[str, int]:

@@ -198,15 +198,20 @@ Use at most {max_sub_queries} sub-queries."""
 #: datasource of the engine's, so it teaches the shape and nothing an eval measures.
 PLAN_LANGUAGE = """The plan is one JSON object:
 {"select": [{"expr": EXPR, "alias": "name"}, ...], "from": {"table": "T", "alias": "t"},
- "joins": [{"type": "inner"|"left", "table": {"table": "U", "alias": "u"},
-            "on": [{"left": COLUMN, "right": COLUMN}]}],
+ "joins": [{"type": "inner"|"left"|"cross", "table": {"table": "U", "alias": "u"},
+            "on": [{"left": COLUMN, "right": COLUMN}], "condition": COND|null}],
  "where": COND|null, "group_by": [EXPR], "having": COND|null,
  "order_by": [{"expr": EXPR, "direction": "asc"|"desc"}], "limit": N|null, "offset": N|null, "distinct": false}
+Optional: "with": [{"name": "W", "plan": PLAN}] (read "W" as a table); a table {"table": "D", "alias": "d",
+ "query": PLAN} is a derived table; "set_operations": [{"op": "union|union_all|intersect|except", "plan": PLAN}]
+ combines the rows (order_by and limit then apply to all).
 EXPR, by "kind":
  column {"kind":"column","table":"t","column":"C"}  (table: the alias given in from/joins)
  literal {"kind":"literal","value":1}  aggregate {"kind":"aggregate","func":"count|sum|avg|min|max","arg":EXPR|null,
  "distinct":false} (arg null: COUNT(*))  arithmetic {"kind":"arithmetic","op":"+|-|*|/","left":EXPR,"right":EXPR}
- function {"kind":"function","name":"round|coalesce|abs|lower|upper|length|nullif|concat","args":[EXPR]}
+ function {"kind":"function","name":"round|coalesce|abs|lower|upper|length|nullif|concat|substr|replace|trim|instr|
+ ceil|floor|power|mod|sqrt|sign|date|datetime|days_between|format_date|current_date","args":[EXPR]}
+ cast {"kind":"cast","arg":EXPR,"to":"integer|real|numeric|text|date|timestamp|boolean"}
  case {"kind":"case","whens":[{"condition":COND,"then":EXPR}],"otherwise":EXPR|null}
  date_part {"kind":"date_part","part":"year|quarter|month|day|hour|minute|day_of_week","arg":EXPR}
  date_trunc {"kind":"date_trunc","unit":"year|quarter|month|week|day","arg":EXPR}
@@ -215,7 +220,7 @@ EXPR, by "kind":
 COND, by "kind": compare {"op":"=|<>|<|<=|>|>=","left":EXPR,"right":EXPR}; in {"expr","values":[EXPR],"negated"};
  between {"expr","low","high","negated"}; like {"expr","pattern","case_insensitive","negated"};
  is_null {"expr","negated"}; and/or {"conditions":[COND]}; not {"condition"}; in_subquery {"expr","plan","negated"};
- exists {"plan","negated"}.
+ exists {"plan","negated"}; truth {"expr"} (a boolean column).
 Example, for tables orders(order_id, customer_id, amount, placed_on) and customers(customer_id, region):
 "Total order amount per region in 2020, largest first" is
 {"select": [{"expr": {"kind": "column", "table": "c", "column": "region"}, "alias": "region"},

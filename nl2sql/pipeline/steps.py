@@ -359,7 +359,7 @@ def worked_examples(ctx: RunContext, state: RunState, sq: SubQuery) -> list[tupl
             examples.append((curated.query.question, curated.query.sql.strip()))
         else:
             try:
-                plan = plan_from_sql(curated.query.sql, _dialect(ctx, sq))
+                plan = _plan_of_sql(ctx, sq, curated.query.sql)
             except NL2SQLError:  # a verified statement the plan language cannot say teaches nothing here
                 continue
             examples.append((curated.query.question, plan.model_dump_json(by_alias=True)))
@@ -383,7 +383,15 @@ def _read_written_sql(ctx: RunContext, sq: SubQuery, sql: str) -> None:
     """The model's statement, kept as written and read into the sub-query's plan (PLAN_UNSUPPORTED: the refiner
     sees what the plan language cannot say). The statement that runs is the one generated from the plan."""
     sq.written_sql, sq.plan = sql, None
-    sq.plan = plan_from_sql(sql, _dialect(ctx, sq))
+    sq.plan = _plan_of_sql(ctx, sq, sql)
+
+
+def _plan_of_sql(ctx: RunContext, sq: SubQuery, sql: str) -> PlanModel:
+    """A statement read into a plan in the sub-query's dialect (in SQLite, a double-quoted name that no column of the
+    live schema has is a string, as SQLite reads it)."""
+    live = ctx.index.live(sq.datasource_id)
+    columns = live.snapshot.column_names() if live is not None and live.snapshot is not None else None
+    return plan_from_sql(sql, _dialect(ctx, sq), columns)
 
 
 def _dialect(ctx: RunContext, sq: SubQuery) -> str:
@@ -636,7 +644,7 @@ def resampled_sql(ctx: RunContext, state: RunState, sq: SubQuery, asked: list[Me
             continue
         sq.tried_plans.add(_sql_key(sql))
         try:
-            validate_plan(plan_from_sql(sql, _dialect(ctx, sq)), live.snapshot, caller)
+            validate_plan(_plan_of_sql(ctx, sq, sql), live.snapshot, caller)
         except NL2SQLError:
             continue
         state.warnings.append(RunWarning(code="PLANNER_RESAMPLED", step="refiner", sub_query_id=sq.id, message="The planner was "

@@ -11,22 +11,24 @@ forms (rendered once per dialect), plus the usual spellings (`EXTRACT`, `DATE_TR
 >>> plan = plan_from_sql("SELECT g.Name, COUNT(*) AS n FROM Genre g GROUP BY g.Name ORDER BY n DESC", "sqlite")
 >>> plan.from_.alias, plan.select[1].expr.func, plan.order_by[0].direction
 ('g', 'count', 'desc')
->>> plan_from_sql("SELECT a FROM t UNION SELECT a FROM u", "sqlite")
+>>> plan_from_sql("SELECT a FROM t WHERE a GLOB 'x*'", "sqlite")
 Traceback (most recent call last):
 ...
-nl2sql.errors.PlanUnsupported: UNION is not supported. Ask for one result set: ...
+nl2sql.errors.PlanUnsupported: A GLOB pattern is not supported (in `a GLOB 'x*'`). Use LIKE with % and _ wildcards.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from functools import cache
 from typing import get_args
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, SqlglotError
+from sqlglot.time import format_time
 
 from nl2sql.errors import PlanUnsupported, UnknownNameError
 from nl2sql.plan import model as m
@@ -35,6 +37,7 @@ from nl2sql.plan.generate import (
     DIALECTS,
     OFFSET_NEEDS_LIMIT,
     PLACEHOLDER,
+    SECOND_PLACEHOLDER,
     SQLGenerator,
     dialect_name,
 )
@@ -106,14 +109,17 @@ FUNCTION_HINTS = {
 }
 
 
-def plan_from_sql(sql: str, dialect: str) -> m.PlanModel:
-    """The PlanModel of one SELECT written in `dialect`; PlanUnsupported for what a plan cannot say.
+def plan_from_sql(sql: str, dialect: str, columns: Collection[str] | None = None) -> m.PlanModel:
+    """The PlanModel of one SELECT written in `dialect`; PlanUnsupported for what a plan cannot say. `columns`: the
+    datasource's column names, for SQLite's reading of a double-quoted name that is no column as a string.
 
     >>> plan = plan_from_sql("SELECT Name FROM Track WHERE Milliseconds > 300000 LIMIT 5", "duckdb")
     >>> plan.where.op, plan.where.left.column, plan.limit
     ('>', 'Milliseconds', 5)
+    >>> plan_from_sql('SELECT Name FROM Artist WHERE Name = "AC/DC"', "sqlite", ["Name", "ArtistId"]).where.right.value
+    'AC/DC'
     """
-    return SQLReader(dialect).read(sql)
+    return SQLReader(dialect, columns).read(sql)
 
 
 def _snippet(node: exp.Expression, dialect: str, width: int = 90) -> str:
@@ -145,10 +151,10 @@ def _empty(value: object) -> bool:
 
 def _match(template: exp.Expression, node: exp.Expression, bound: dict[str, exp.Expression], dialect: str) -> bool:
     """Whether `node` has the shape of `template`, binding the placeholder column to the argument."""
-    if isinstance(template, exp.Column) and template.name == PLACEHOLDER and not template.table:
-        if PLACEHOLDER in bound:
-            return bound[PLACEHOLDER].sql(dialect=dialect) == node.sql(dialect=dialect)
-        bound[PLACEHOLDER] = node
+    if isinstance(template, exp.Column) and template.name in (PLACEHOLDER, SECOND_PLACEHOLDER) and not template.table:
+        if template.name in bound:
+            return bound[template.name].sql(dialect=dialect) == node.sql(dialect=dialect)
+        bound[template.name] = node
         return True
     if type(template) is not type(node):
         return False
@@ -205,6 +211,15 @@ def _date_forms(dialect: str) -> tuple[tuple[m.DatePartOf | m.DateTrunc, exp.Exp
     return tuple(forms)
 
 
+@cache
+def _two_argument_forms(dialect: str) -> tuple[tuple[str, exp.Expression], ...]:
+    """The generator's days_between of two placeholder columns, as parsed back in `dialect`."""
+    node = m.Function(name="days_between", args=[m.ColumnRef(table=None, column=PLACEHOLDER),
+                                                 m.ColumnRef(table=None, column=SECOND_PLACEHOLDER)])
+    text = SQLGenerator(dialect).expr(node).sql(dialect=dialect)
+    return (("days_between", _unparen(sqlglot.parse_one(text, read=dialect))),)
+
+
 def date_hint(dialect: str) -> str:
     """How the date parts and truncation are written in `dialect`, for messages."""
     examples = {}
@@ -219,10 +234,13 @@ def date_hint(dialect: str) -> str:
 class SQLReader:
     """Reads one dialect's SELECT trees into plans."""
 
-    def __init__(self, dialect: str) -> None:
+    def __init__(self, dialect: str, columns: Collection[str] | None = None) -> None:
         self.dialect = dialect_name(dialect)
         if self.dialect not in DIALECTS:
             raise UnknownNameError("dialect", dialect, DIALECTS)
+        #: names a double-quoted token may mean in SQLite (columns, and the statement's own aliases); None: all
+        self.names = None if columns is None else {c.lower() for c in columns}
+        self._derived = 0
         self.forms: dict[type[exp.Expression], list[tuple[m.DatePartOf | m.DateTrunc, exp.Expression]]] = {}
         for node, tree in _date_forms(self.dialect):
             self.forms.setdefault(type(tree), []).append((node, tree))
@@ -254,23 +272,82 @@ class SQLReader:
         if len(trees) > 1:
             raise self.unsupported(f"Several statements ({len(trees)})",
                                    "Write exactly one SELECT statement, with no semicolon between statements.")
+        if self.names is not None:  # the statement's own aliases are names too
+            self.names |= {a.alias.lower() for a in trees[0].find_all(exp.Alias) if a.alias}
+            self.names |= {t.alias.lower() for t in trees[0].find_all(exp.TableAlias) if t.name}
         return self.plan(trees[0])
 
     def plan(self, tree: exp.Expression) -> m.PlanModel:
-        """The plan of one query tree (top level or sub-query)."""
+        """The plan of one query tree (top level or sub-query): its WITH, then a SELECT or a set operation."""
         while isinstance(tree, exp.Subquery) and all(_empty(v) for k, v in tree.args.items() if k != "this"):
             tree = tree.this
-        if isinstance(tree, exp.SetOperation):
-            name = {exp.Union: "UNION", exp.Intersect: "INTERSECT", exp.Except: "EXCEPT"}.get(type(tree), "A set operation")
-            raise self.unsupported(name, "Ask for one result set: write two questions, or combine the conditions "
-                                   "with OR in one WHERE.")
+        common = self.common_tables(tree)
+        plan = self.set_operation(tree) if isinstance(tree, exp.SetOperation) else self.select(tree)
+        plan.with_ = common
+        return plan
+
+    def common_tables(self, tree: exp.Expression) -> list[m.CommonTable]:
+        """WITH's named sub-plans (not recursive ones)."""
+        with_ = tree.args.get("with_")
+        if not with_:
+            return []
+        if with_.args.get("recursive"):
+            raise self.unsupported("WITH RECURSIVE", "Recursive queries are not run (their depth has no bound): "
+                                   "join the table to itself a fixed number of times instead.")
+        common = []
+        for cte in with_.expressions:
+            alias = cte.args.get("alias")
+            if alias is not None and alias.columns:
+                raise self.unsupported("Column names after a WITH name (WITH t(a, b) AS …)",
+                                       "Name the columns with AS inside the query instead.", cte)
+            if cte.args.get("materialized") is not None:
+                raise self.unsupported("[NOT] MATERIALIZED", "Drop it.", cte)
+            common.append(m.CommonTable(name=cte.alias, plan=self.plan(cte.this)))
+        return common
+
+    def set_operation(self, tree: exp.SetOperation) -> m.PlanModel:
+        """UNION [ALL] / INTERSECT / EXCEPT, left to right: the first plan, the others as its set operations, the
+        ORDER BY and LIMIT of the whole on the first plan."""
+        branches: list[tuple[str | None, exp.Expression]] = []
+        node: exp.Expression = tree
+        outer = tree
+        while isinstance(node, exp.SetOperation):
+            if node is not tree and not all(_empty(node.args.get(k)) for k in ("order", "limit", "offset", "with_")):
+                break  # a branch of its own (parenthesised, ordered): read as one plan
+            op = {exp.Union: "union", exp.Intersect: "intersect", exp.Except: "except"}[type(node)]
+            if op == "union" and not node.args.get("distinct"):
+                op = "union_all"
+            elif not node.args.get("distinct"):
+                raise self.unsupported(f"{op.upper()} ALL", f"Use {op.upper()} (distinct rows).", node)
+            branches.append((op, node.expression))
+            node = node.this
+            if isinstance(node, exp.Subquery) and isinstance(node.this, exp.SetOperation) \
+                    and all(_empty(v) for k, v in node.args.items() if k != "this"):
+                node = node.this  # sqlglot's parentheses for SQLite's left-to-right reading, not the writer's
+        first = self.branch(node)
+        for op, branch in reversed(branches):
+            first.set_operations.append(m.SetOperation(op=op, plan=self.branch(branch)))  # type: ignore[arg-type]
+        order = outer.args.get("order")
+        if order is not None:
+            first.order_by = self.order_items(order.expressions, first.select)
+        self.limits(outer, first)
+        return first
+
+    def branch(self, tree: exp.Expression) -> m.PlanModel:
+        """One branch of a set operation: a plan with no set operations of its own at its top."""
+        plan = self.plan(tree)
+        if plan.set_operations:  # (a UNION b) INTERSECT c: a nested operation is a derived table
+            self._derived += 1
+            name = f"branch_{self._derived}"
+            return m.PlanModel(select=[m.SelectItem(expr=m.Star())], from_=m.TableRef(table=name, alias=name,
+                                                                                        query=plan))
+        return plan
+
+    def select(self, tree: exp.Expression) -> m.PlanModel:
+        """The plan of one SELECT."""
         if not isinstance(tree, exp.Select):
             raise self.unsupported(f"A {tree.key.upper()} statement",
                                    "Only a single SELECT can be answered: write one SELECT … FROM … query.")
-        if tree.args.get("with_"):
-            raise self.unsupported("WITH (a common table expression)",
-                                   "Write one SELECT: put the inner query in WHERE (IN / EXISTS) or as a scalar "
-                                   "sub-query, and join the tables directly.")
         for key, (construct, fix) in CLAUSES.items():
             if not _empty(tree.args.get(key)):
                 raise self.unsupported(construct, fix)
@@ -305,16 +382,28 @@ class SQLReader:
         """One output column."""
         if isinstance(node, exp.Alias):
             return m.SelectItem(expr=self.expr(node.this), alias=node.alias)
-        if isinstance(node, exp.Star) or (isinstance(node, exp.Column) and isinstance(node.this, exp.Star)):
-            raise self.unsupported("SELECT *", "List the columns you need, e.g. SELECT t.Name, t.Composer.", node)
+        if isinstance(node, exp.Star):
+            return m.SelectItem(expr=m.Star())
+        if isinstance(node, exp.Column) and isinstance(node.this, exp.Star):
+            return m.SelectItem(expr=m.Star(table=node.table))
         return m.SelectItem(expr=self.expr(node))
 
     def table(self, node: exp.Expression) -> m.TableRef:
-        """A FROM or JOIN table (a schema qualifier is dropped: the datasource's configuration has it)."""
+        """A FROM or JOIN table (a schema qualifier is dropped: the datasource's configuration has it), or a derived
+        table (a sub-query under its alias)."""
         if isinstance(node, exp.Subquery):
-            raise self.unsupported("A sub-query in FROM (a derived table)",
-                                   "Join the tables directly, filter with WHERE … IN (SELECT …) or EXISTS, or use a "
-                                   "scalar sub-query in SELECT.", node)
+            alias = node.args.get("alias")
+            if alias is not None and alias.columns:
+                raise self.unsupported("Column aliases on a derived table (AS t(a, b))",
+                                       "Name the columns with AS inside the sub-query.", node)
+            for key in ("pivots", "laterals", "sample", "order", "limit", "offset"):
+                if not _empty(node.args.get(key)):
+                    raise self.unsupported(f"{key.upper()} on a derived table", "Put it inside the sub-query.", node)
+            name = node.alias
+            if not name:
+                self._derived += 1
+                name = f"derived_{self._derived}"
+            return m.TableRef(table=name, alias=name, query=self.plan(node.this))
         if not isinstance(node, exp.Table) or not isinstance(node.this, exp.Identifier):
             raise self.unsupported("A table function or expression in FROM", "Select from a table by name.", node)
         for key in ("joins", "pivots", "laterals", "sample", "hints", "version", "when", "only"):
@@ -327,11 +416,8 @@ class SQLReader:
         return m.TableRef(table=node.name, alias=node.alias or None)
 
     def join(self, node: exp.Join) -> m.Join:
-        """An INNER or LEFT join ON column-equality pairs."""
+        """An INNER or LEFT join ON column-equality pairs and any other condition; a CROSS join (or a comma)."""
         side, kind = (node.side or "").upper(), (node.kind or "").upper()
-        if kind == "CROSS" or (not node.args.get("on") and not node.args.get("using") and not node.method):
-            raise self.unsupported("A join without ON (a comma between tables, or CROSS JOIN)",
-                                   "Write JOIN b ON b.key = a.key for each table.", node)
         if node.method or kind in ("SEMI", "ANTI", "ASOF", "POSITIONAL") or side in ("RIGHT", "FULL"):
             name = " ".join(x for x in (node.method, side, kind) if x).upper() or "This"
             raise self.unsupported(f"{name} JOIN", "Use JOIN (inner) or LEFT JOIN with ON a.key = b.key; for a "
@@ -339,18 +425,26 @@ class SQLReader:
         table = self.table(node.this)
         if node.args.get("using"):
             raise self.unsupported("JOIN … USING", "Write the key pairs: JOIN b ON b.key = a.key.", node)
-        on = node.args["on"]
-        keys = []
+        on = node.args.get("on")
+        if on is None:  # CROSS JOIN, a comma between tables, or a bare JOIN (SQLite reads it as a cross join)
+            if side == "LEFT":
+                raise self.unsupported("LEFT JOIN without ON", "Write LEFT JOIN b ON b.key = a.key.", node)
+            return m.Join(type="cross", table=table)
+        keys, others = [], []
         for part in self._conjuncts(on):
-            left, right = _unparen(part.this) if isinstance(part, exp.EQ) else None, None
-            if isinstance(part, exp.EQ):
-                right = _unparen(part.expression)
-            if not (isinstance(left, exp.Column) and isinstance(right, exp.Column)):
-                raise self.unsupported("A join condition other than column = column",
-                                       "Join ON equal key columns joined by AND (a.x = b.x AND a.y = b.y); put other "
-                                       "conditions in WHERE (for an inner join).", part)
-            keys.append(m.JoinKey(left=self.column(left), right=self.column(right)))
-        return m.Join(type="left" if side == "LEFT" else "inner", table=table, on=keys)
+            left = _unparen(part.this) if isinstance(part, exp.EQ) else None
+            right = _unparen(part.expression) if isinstance(part, exp.EQ) else None
+            if isinstance(left, exp.Column) and isinstance(right, exp.Column) and left.table and right.table \
+                    and left.table.lower() != right.table.lower():
+                keys.append(m.JoinKey(left=self.column(left), right=self.column(right)))
+            else:
+                others.append(self.condition(part))
+        condition: m.ConditionNode | None = None
+        if len(others) == 1:
+            condition = others[0]
+        elif others:
+            condition = m.And(conditions=others)
+        return m.Join(type="left" if side == "LEFT" else "inner", table=table, on=keys, condition=condition)
 
     def _conjuncts(self, node: exp.Expression) -> list[exp.Expression]:
         node = _unparen(node)
@@ -463,8 +557,19 @@ class SQLReader:
     def column(self, node: exp.Column) -> m.ColumnRef:
         """A column, its table qualifier kept as written (a schema before it dropped)."""
         if isinstance(node.this, exp.Star):
-            raise self.unsupported("t.*", "List the columns you need.", node)
+            raise self.unsupported("t.*", "Select t.* only as a whole select item, or list the columns you need.",
+                                   node)
         return m.ColumnRef(table=node.table or None, column=node.name)
+
+    def _column_or_text(self, node: exp.Column) -> m.ExprNode:
+        """A column; in SQLite, a double-quoted name that no column or alias has is a string, as SQLite reads it
+        (`WHERE Country = "USA"`)."""
+        identifier = node.this
+        if (self.dialect == "sqlite" and self.names is not None and not node.table
+                and isinstance(identifier, exp.Identifier) and identifier.quoted
+                and identifier.name.lower() not in self.names):
+            return m.Value(value=identifier.name)
+        return self.column(node)
 
     def expr(self, node: exp.Expression) -> m.ExprNode:
         """An expression tree."""
@@ -488,12 +593,25 @@ class SQLReader:
                                "aggregates and window functions.", node)
 
     def _date_form(self, node: exp.Expression) -> m.ExprNode | None:
-        """A date part or truncation written as the generator writes it in this dialect."""
+        """A date part, truncation or difference written as the generator writes it in this dialect."""
         for plan_node, tree in self.forms.get(type(node), ()):
             bound: dict[str, exp.Expression] = {}
             if _match(tree, node, bound, self.dialect) and PLACEHOLDER in bound:
                 return plan_node.model_copy(update={"arg": self.expr(bound[PLACEHOLDER])})
+        for name, tree in _two_argument_forms(self.dialect):
+            bound = {}
+            if type(tree) is type(node) and _match(tree, node, bound, self.dialect) and len(bound) == 2:
+                return m.Function(name=name, args=[self.expr(self._uncast_date(bound[PLACEHOLDER])),  # type: ignore[arg-type]
+                                                   self.expr(self._uncast_date(bound[SECOND_PLACEHOLDER]))])
         return None
+
+    @staticmethod
+    def _uncast_date(node: exp.Expression) -> exp.Expression:
+        """A text date's cast, as the generator writes one around a literal, read as the literal."""
+        while isinstance(node, exp.Cast) and node.to.this in DATE_TYPES and isinstance(
+                _unparen(node.this), exp.Literal | exp.Cast):
+            node = _unparen(node.this)
+        return node
 
     def _literal(self, node: exp.Literal) -> m.Value:
         if node.is_string:
@@ -518,6 +636,8 @@ class SQLReader:
         return node
 
     def _arithmetic(self, node: exp.Binary) -> m.ExprNode:
+        if isinstance(node, exp.Sub) and (days := self._days_between(node)) is not None:
+            return days
         op = ARITHMETIC[type(node)]
         left, right = node.this, node.expression
         if op == "/":  # the plan's division is true division in every dialect
@@ -607,13 +727,14 @@ class SQLReader:
         inner = _unparen(node.this)
         if isinstance(inner, exp.Literal) and inner.is_string and node.to.this in DATE_TYPES:
             return m.Value(value=inner.this)  # dates are text literals in a plan
-        if node.to.is_type(*exp.DataType.INTEGER_TYPES):
-            value = self.expr(inner)
-            if isinstance(value, m.DatePartOf):
-                return value
-        raise self.unsupported("CAST", "Leave the cast out: division is true division, dates compare with text "
-                               "literals such as '2011-06-30', and date parts are numbers already. "
-                               + date_hint(self.dialect), node)
+        value = self.expr(inner)
+        if node.to.is_type(*exp.DataType.INTEGER_TYPES) and isinstance(value, m.DatePartOf):
+            return value
+        to = _cast_type(node.to)
+        if to is None:
+            raise self.unsupported(f"CAST to {node.to.sql(dialect=self.dialect)}", "Cast to INTEGER, REAL, NUMERIC, "
+                                   "TEXT, DATE, TIMESTAMP or BOOLEAN.", node)
+        return m.Cast(arg=value, to=to)
 
     def _extract(self, node: exp.Extract) -> m.DatePartOf:
         unit = node.this.name.upper()
@@ -645,6 +766,8 @@ class SQLReader:
             return m.DatePartOf(part=FORMAT_PARTS[text], arg=self.expr(arg))  # type: ignore[arg-type]
         if text in FORMAT_PERIODS:
             return m.DateTrunc(unit=FORMAT_PERIODS[text], arg=self.expr(arg))  # type: ignore[arg-type]
+        if text is not None:
+            return m.Function(name="format_date", args=[self.expr(arg), m.Value(value=text)])
         raise self._no_function(node)
 
     def _trunc(self, node: exp.Func) -> m.DateTrunc:
@@ -657,9 +780,52 @@ class SQLReader:
 
     def _anonymous(self, node: exp.Anonymous) -> m.ExprNode:
         args = node.expressions
-        if node.name.upper() == "DATE_PART" and len(args) == 2 and isinstance(args[0], exp.Literal):
+        name = node.name.upper()
+        if name == "DATE_PART" and len(args) == 2 and isinstance(args[0], exp.Literal):
             return self._extract(exp.Extract(this=exp.var(args[0].this), expression=args[1]))
+        if name in ("DATETIME", "DATE") and len(args) == 1:
+            return m.Function(name=name.lower(), args=[self.expr(args[0])])  # type: ignore[arg-type]
+        if name in ("LTRIM", "RTRIM", "TRIM") and len(args) == 1:
+            return m.Function(name=name.lower(), args=[self.expr(args[0])])  # type: ignore[arg-type]
+        if name in ("INSTR", "STRPOS") and len(args) == 2:
+            return m.Function(name="instr", args=[self.expr(args[0]), self.expr(args[1])])
         raise self._no_function(node)
+
+    def _trim(self, node: exp.Trim) -> m.Function:
+        if node.args.get("expression") is not None or node.args.get("collation") is not None:
+            raise self.unsupported("TRIM of given characters", "TRIM(x) removes spaces; use REPLACE for others.", node)
+        position = (node.args.get("position") or "").upper()
+        name = {"LEADING": "ltrim", "TRAILING": "rtrim"}.get(position, "trim")
+        return m.Function(name=name, args=[self.expr(node.this)])  # type: ignore[arg-type]
+
+    def _str_position(self, node: exp.StrPosition) -> m.Function:
+        if node.args.get("position") is not None or node.args.get("occurrence") is not None:
+            raise self.unsupported("A text position from a start or an occurrence", "Use INSTR(text, part).", node)
+        return m.Function(name="instr", args=[self.expr(node.this), self.expr(node.args["substr"])])
+
+    def _days_between(self, node: exp.Sub) -> m.ExprNode | None:
+        """JULIANDAY(b) - JULIANDAY(a): the days from a to b."""
+        left, right = _unparen(node.this), _unparen(node.expression)
+        if all(isinstance(n, exp.Anonymous) and n.name.upper() == "JULIANDAY" and len(n.expressions) == 1
+               for n in (left, right)):
+            return m.Function(name="days_between", args=[self.expr(right.expressions[0]),  # type: ignore[union-attr]
+                                                         self.expr(left.expressions[0])])  # type: ignore[union-attr]
+        return None
+
+    def _to_char(self, node: exp.ToChar) -> m.ExprNode:
+        """TO_CHAR(x, format) in the dialect's own format codes (Snowflake's), read as a date formatted."""
+        fmt = node.args.get("format")
+        if not (isinstance(fmt, exp.Literal) and fmt.is_string) or node.args.get("nlsparam") is not None:
+            raise self._no_function(node)
+        dialect = Dialect.get_or_raise(self.dialect)
+        text = format_time(fmt.this, dialect.TIME_MAPPING, dialect.TIME_TRIE)
+        return self._time_to_str(exp.TimeToStr(this=node.this, format=exp.Literal.string(text)))
+
+    def _date(self, node: exp.Expression) -> m.Function:
+        if node.args.get("zone") is not None or node.expressions:
+            raise self.unsupported("DATE with modifiers", "Use DATE(x) alone; compare dates with text literals such "
+                                   "as '2011-06-30'.", node)
+        return m.Function(name="date", args=[self.expr(node.this)])
 
     def _no_function(self, node: exp.Func) -> PlanUnsupported:
         """The error for a function the plan lacks, with the nearest way to say it."""
@@ -722,6 +888,10 @@ class SQLReader:
             raise self.unsupported(f"A {node.key.upper()} pattern", "Use LIKE with % and _ wildcards.", node)
         if isinstance(node, exp.NullSafeEQ | exp.NullSafeNEQ):
             raise self.unsupported("IS [NOT] DISTINCT FROM / <=>", "Compare with = and handle NULL with IS NULL.", node)
+        if isinstance(node, exp.Column | exp.Boolean | exp.Func | exp.Cast | exp.Case | exp.Subquery):
+            if isinstance(node, exp.Cast) and node.to.this == exp.DataType.Type.BOOLEAN:
+                node = _unparen(node.this)  # read as a truth value: the cast the generator writes outside SQLite
+            return m.Truth(expr=self.expr(node))  # a boolean column or expression: true rows pass
         raise self.unsupported(f"`{_snippet(node, self.dialect, 40)}` as a condition",
                                "Write a comparison (x = TRUE, x > 0), IN, BETWEEN, LIKE, IS NULL or EXISTS, "
                                "joined by AND / OR / NOT.")
@@ -754,13 +924,15 @@ class SQLReader:
         if node.args.get("escape") is not None:
             raise self.unsupported("LIKE … ESCAPE", "Use the % and _ wildcards without escapes.", node)
         subject, pattern = _unparen(node.this), _unparen(node.expression)
-        case_insensitive = isinstance(node, exp.ILike)
-        if (isinstance(node, exp.Like) and isinstance(subject, exp.Lower) and isinstance(pattern, exp.Lower)
-                and isinstance(_unparen(pattern.this), exp.Literal)):
+        # SQLite's LIKE ignores the case of ASCII letters: so does the plan that says what it means
+        case_insensitive = isinstance(node, exp.ILike) or self.dialect == "sqlite"
+        if isinstance(node, exp.Like) and isinstance(subject, exp.Lower) and isinstance(pattern, exp.Lower):
             subject, pattern, case_insensitive = subject.this, _unparen(pattern.this), True  # ILIKE where there is none
         if not (isinstance(pattern, exp.Literal) and pattern.is_string):
-            raise self.unsupported("A LIKE pattern that is not a text literal",
-                                   "Write the pattern as one literal, e.g. LIKE '%love%'.", node)
+            read = self._column_or_text(pattern) if isinstance(pattern, exp.Column) else self.expr(pattern)
+            if isinstance(read, m.Value) and isinstance(read.value, str):  # SQLite's LIKE "%x%"
+                return m.Like(expr=self.expr(subject), pattern=read.value, case_insensitive=case_insensitive)
+            return m.Like(expr=self.expr(subject), pattern=read, case_insensitive=case_insensitive)
         text = pattern.this
         if self.dialect in BACKSLASH_ESCAPES_LIKE and "\\" in text:
             if "\\" in text.replace("\\\\", ""):
@@ -771,8 +943,37 @@ class SQLReader:
         return m.Like(expr=self.expr(subject), pattern=text, case_insensitive=case_insensitive)
 
 
+def _reads_function(name: m.ScalarFunction, *keys: str) -> Callable[[SQLReader, exp.Expression], m.Function]:
+    """A reader of a sqlglot function whose arguments are `keys` (those present, in order)."""
+
+    def read(reader: SQLReader, node: exp.Expression) -> m.Function:
+        return m.Function(name=name, args=[reader.expr(node.args[k]) for k in keys if node.args.get(k) is not None])
+
+    return read
+
+
+def _cast_type(to: exp.DataType) -> m.CastType | None:
+    """The plan's name for a type cast to, or None for one it lacks."""
+    types = exp.DataType.Type
+    if to.is_type(*exp.DataType.INTEGER_TYPES):
+        return "integer"
+    if to.this in (types.DOUBLE, types.FLOAT):
+        return "real"
+    if to.this in (types.DECIMAL, types.BIGDECIMAL):
+        return "numeric"
+    if to.is_type(*exp.DataType.TEXT_TYPES):
+        return "text"
+    if to.this == types.DATE:
+        return "date"
+    if to.this in DATE_TYPES:
+        return "timestamp"
+    if to.this == types.BOOLEAN:
+        return "boolean"
+    return None
+
+
 EXPR_HANDLERS: dict[type[exp.Expression], Callable[..., m.ExprNode]] = {
-    exp.Column: SQLReader.column,
+    exp.Column: SQLReader._column_or_text,
     exp.Star: SQLReader._star,
     exp.Literal: SQLReader._literal,
     exp.Boolean: lambda self, node: m.Value(value=node.this),
@@ -798,4 +999,18 @@ EXPR_HANDLERS: dict[type[exp.Expression], Callable[..., m.ExprNode]] = {
     exp.TimestampTrunc: SQLReader._trunc,
     exp.Anonymous: SQLReader._anonymous,
     exp.Subquery: SQLReader._subquery,
+    exp.Substring: _reads_function("substr", "this", "start", "length"),
+    exp.Replace: _reads_function("replace", "this", "expression", "replacement"),
+    exp.Trim: SQLReader._trim,
+    exp.StrPosition: SQLReader._str_position,
+    exp.Ceil: _reads_function("ceil", "this"),
+    exp.Floor: _reads_function("floor", "this"),
+    exp.Sqrt: _reads_function("sqrt", "this"),
+    exp.Sign: _reads_function("sign", "this"),
+    exp.Pow: _reads_function("power", "this", "expression"),
+    exp.Mod: _reads_function("mod", "this", "expression"),
+    exp.Date: SQLReader._date,
+    exp.ToChar: SQLReader._to_char,
+    exp.CurrentDate: lambda self, node: m.Function(name="current_date", args=[]),
+    exp.CurrentTimestamp: lambda self, node: m.Function(name="current_timestamp", args=[]),
 }

@@ -15,6 +15,7 @@ would fold), and portable date operations come from per-dialect templates parsed
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from functools import cache
@@ -103,10 +104,12 @@ def _template(sql: str, dialect: str) -> exp.Expression:
     return sqlglot.parse_one(sql.replace("{x}", PLACEHOLDER), read=dialect)
 
 
-def _fill(template: str, dialect: str, arg: exp.Expression) -> exp.Expression:
+def _fill(template: str, dialect: str, arg: exp.Expression, second: exp.Expression | None = None) -> exp.Expression:
     def swap(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Column) and node.name == PLACEHOLDER and not node.table:
             return arg.copy()
+        if isinstance(node, exp.Column) and node.name == SECOND_PLACEHOLDER and not node.table and second is not None:
+            return second.copy()
         return node
 
     return _template(template, dialect).copy().transform(swap)
@@ -120,6 +123,25 @@ def _explicit_nulls(key: exp.Ordered) -> list[exp.Ordered]:
     return [nulls_key, key]
 
 
+#: The standard types a plan casts to, as sqlglot builds them (each dialect then writes its own name).
+CAST_TYPES = {"integer": "INT", "real": "DOUBLE", "numeric": "DECIMAL", "text": "TEXT", "date": "DATE",
+              "timestamp": "TIMESTAMP", "boolean": "BOOLEAN"}
+#: Date functions whose spelling differs by dialect ({x}, {y}: the arguments); the default is in the generator.
+DATE_FUNCTION_TEMPLATES: dict[str, dict[str, str]] = {
+    "days_between": {
+        "sqlite": "JULIANDAY({y}) - JULIANDAY({x})",
+        "duckdb": "EPOCH(CAST({y} AS TIMESTAMP) - CAST({x} AS TIMESTAMP)) / 86400.0",
+        "postgres": "EXTRACT(EPOCH FROM CAST({y} AS TIMESTAMP) - CAST({x} AS TIMESTAMP)) / 86400.0",
+        "mysql": "TIMESTAMPDIFF(SECOND, {x}, {y}) / 86400.0",
+        "snowflake": "DATEDIFF(SECOND, {x}, {y}) / 86400.0",
+        "bigquery": "TIMESTAMP_DIFF(CAST({y} AS TIMESTAMP), CAST({x} AS TIMESTAMP), SECOND) / 86400.0",
+    },
+    "date": {"sqlite": "DATE({x})"},
+    "datetime": {"sqlite": "DATETIME({x})"},
+}
+SECOND_PLACEHOLDER = "nl2sql_arg_2"
+
+
 class SQLGenerator:
     """Turns one plan (and its sub-plans) into a sqlglot tree for one dialect."""
 
@@ -130,6 +152,8 @@ class SQLGenerator:
 
             raise UnknownNameError("dialect", dialect, DIALECTS)
         self.schemas = {k.lower(): v for k, v in (schemas or {}).items()}
+        #: the names of the common tables of the plans being written (never schema-qualified: they are not tables)
+        self._common: list[set[str]] = []
 
     def ident(self, name: str) -> exp.Identifier:
         """An identifier for this dialect."""
@@ -137,12 +161,55 @@ class SQLGenerator:
 
     # --- plan ----------------------------------------------------------------------------------
 
-    def select(self, plan: m.PlanModel) -> exp.Select:
-        """The SELECT tree of a plan."""
+    def statement(self, plan: m.PlanModel) -> exp.Query:
+        """The query tree of a plan: its WITH, its SELECT, and the set operations that combine it with others."""
+        self._common.append({c.name.lower() for c in plan.with_})
+        try:
+            common = [exp.CTE(this=self._with_names_before(plan, i), alias=exp.TableAlias(this=self.ident(c.name)))
+                      for i, c in enumerate(plan.with_)]
+            if not plan.set_operations:
+                query: exp.Query = self.select(plan)
+            else:
+                query = self.select(plan, whole=False)
+                for operation in plan.set_operations:
+                    right = self.statement(operation.plan)
+                    kind = {"union": exp.Union, "union_all": exp.Union, "intersect": exp.Intersect,
+                            "except": exp.Except}[operation.op]
+                    if isinstance(query, exp.SetOperation) and type(query) is not kind and self.dialect != "sqlite":
+                        # the plan combines left to right, as SQLite does; elsewhere INTERSECT binds first unless
+                        # the rows before it are in parentheses (which SQLite does not take)
+                        query = exp.Subquery(this=query)
+                    query = kind(this=query, expression=right, distinct=operation.op != "union_all")
+                self._order_and_limit(query, plan, compound=True)
+            if common:
+                query.set("with_", exp.With(expressions=common))
+            return query
+        finally:
+            self._common.pop()
+
+    def _with_names_before(self, plan: m.PlanModel, index: int) -> exp.Query:
+        """A common table's query, seeing only the common tables written before it (none is recursive)."""
+        self._common.append({c.name.lower() for c in plan.with_[:index]})
+        saved, self._common[-2] = self._common[-2], set()
+        try:
+            return self.statement(plan.with_[index].plan)
+        finally:
+            self._common.pop()
+            self._common[-1] = saved
+
+    def select(self, plan: m.PlanModel, *, whole: bool = True) -> exp.Select:
+        """The SELECT tree of a plan (with `whole` false, without the ORDER BY and LIMIT that belong to a set
+        operation's combined rows)."""
         query = exp.select(*(self.select_item(item) for item in plan.select)).from_(self.table(plan.from_))
         for join in plan.joins:
-            on = exp.and_(*(exp.EQ(this=self.expr(k.left), expression=self.expr(k.right)) for k in join.on))
-            query = query.join(self.table(join.table), on=on, join_type="left" if join.type == "left" else "inner")
+            parts = [exp.EQ(this=self.expr(k.left), expression=self.expr(k.right)) for k in join.on]
+            if join.condition is not None:
+                parts.append(self.condition(join.condition))
+            if join.type == "cross" and not parts:
+                query = query.join(self.table(join.table), join_type="cross")
+                continue
+            kind = "left" if join.type == "left" else "inner"
+            query = query.join(self.table(join.table), on=exp.and_(*parts) if parts else exp.true(), join_type=kind)
         if plan.where is not None:
             query = query.where(self.condition(plan.where))
         if plan.group_by:
@@ -150,22 +217,37 @@ class SQLGenerator:
         outputs = {item.alias.lower(): item.expr for item in plan.select if item.alias}
         if plan.having is not None:
             query = query.having(self.inline_aliases(self.condition(plan.having), outputs))
+        if whole:
+            self._order_and_limit(query, plan)
+        if plan.distinct:
+            query = query.distinct()
+        return query
+
+    def _order_and_limit(self, query: exp.Query, plan: m.PlanModel, *, compound: bool = False) -> None:
+        """ORDER BY, LIMIT and OFFSET on a SELECT, or on a set operation's combined rows (whose keys must be its
+        output columns: a key that is a selected expression is written as its position, portable everywhere)."""
+        outputs = {item.alias.lower(): item.expr for item in plan.select if item.alias}
         if plan.order_by:
             ordered = [self.ordered(o) for o in plan.order_by]
-            for item in ordered:  # a bare alias is portable; inside an expression PostgreSQL cannot see it
-                if not (isinstance(item.this, exp.Column) and not item.this.table):
-                    item.set("this", self.inline_aliases(item.this, outputs))
-            query = query.order_by(*ordered)
+            if compound:
+                selected = {json.dumps(item.expr.model_dump(mode="json"), sort_keys=True): i + 1
+                            for i, item in reversed(list(enumerate(plan.select)))}
+                for item, key in zip(ordered, plan.order_by, strict=True):
+                    position = selected.get(json.dumps(key.expr.model_dump(mode="json"), sort_keys=True))
+                    if position is not None:
+                        item.set("this", exp.Literal.number(position))
+            else:
+                for item in ordered:  # a bare alias is portable; inside an expression PostgreSQL cannot see it
+                    if not (isinstance(item.this, exp.Column) and not item.this.table):
+                        item.set("this", self.inline_aliases(item.this, outputs))
+            query.set("order", exp.Order(expressions=ordered))
         limit = plan.limit
         if plan.offset and limit is None and self.dialect in OFFSET_NEEDS_LIMIT:
             limit = OFFSET_NEEDS_LIMIT[self.dialect]
         if limit is not None:
-            query = query.limit(exp.Literal.number(limit))
+            query.set("limit", exp.Limit(expression=exp.Literal.number(limit)))
         if plan.offset:
-            query = query.offset(exp.Literal.number(plan.offset))
-        if plan.distinct:
-            query = query.distinct()
-        return query
+            query.set("offset", exp.Offset(expression=exp.Literal.number(plan.offset)))
 
     def inline_aliases(self, tree: exp.Expression, outputs: Mapping[str, m.ExprNode]) -> exp.Expression:
         """`tree` with this plan's output aliases replaced by their expressions (not inside sub-plans).
@@ -187,9 +269,14 @@ class SQLGenerator:
         value = self.expr(item.expr)
         return exp.alias_(value, self.ident(item.alias)) if item.alias else value
 
-    def table(self, ref: m.TableRef) -> exp.Table:
-        """A table reference with its schema (when not the default) and alias."""
-        schema = self.schemas.get(ref.table.lower())
+    def table(self, ref: m.TableRef) -> exp.Expression:
+        """A table reference with its schema (when not the default) and alias; a derived table as its sub-query
+        under its alias; a common table by its name alone."""
+        if ref.query is not None:
+            return exp.Subquery(this=self.statement(ref.query),
+                                alias=exp.TableAlias(this=self.ident(ref.alias or ref.table)))
+        common = any(ref.table.lower() in names for names in self._common)
+        schema = None if common else self.schemas.get(ref.table.lower())
         table = exp.Table(this=self.ident(ref.table), db=self.ident(schema) if schema else None)
         if ref.alias:
             table.set("alias", exp.TableAlias(this=self.ident(ref.alias)))
@@ -247,8 +334,64 @@ class SQLGenerator:
             return exp.Nullif(this=args[0], expression=args[1])
         if node.name == "concat":
             return exp.DPipe(this=args[0], expression=args[1]) if len(args) == 2 else exp.Concat(expressions=args)
-        unary = {"abs": exp.Abs, "lower": exp.Lower, "upper": exp.Upper, "length": exp.Length}
-        return unary[node.name](this=args[0])
+        built = self._text_or_number_function(node.name, args)
+        if built is not None:
+            return built
+        return self._date_function(node, args)
+
+    def _text_or_number_function(self, name: str, args: list[exp.Expression]) -> exp.Expression | None:
+        unary = {"abs": exp.Abs, "lower": exp.Lower, "upper": exp.Upper, "length": exp.Length, "ceil": exp.Ceil,
+                 "floor": exp.Floor, "sqrt": exp.Sqrt, "sign": exp.Sign}
+        if name in unary:
+            return unary[name](this=args[0])
+        if name == "substr":
+            return exp.Substring(this=args[0], start=args[1], length=args[2] if len(args) > 2 else None)
+        if name == "replace":
+            return exp.Replace(this=args[0], expression=args[1], replacement=args[2])
+        if name in ("trim", "ltrim", "rtrim"):
+            position = {"ltrim": "LEADING", "rtrim": "TRAILING"}.get(name)
+            return exp.Trim(this=args[0], position=position) if position else exp.Trim(this=args[0])
+        if name == "instr":
+            return exp.StrPosition(this=args[0], substr=args[1])
+        if name == "power":
+            return exp.Pow(this=args[0], expression=args[1])
+        if name == "mod":
+            return exp.Mod(this=_wrapped(args[0]), expression=_wrapped(args[1]))
+        return None
+
+    def _date_function(self, node: m.Function, args: list[exp.Expression]) -> exp.Expression:
+        name = node.name
+        if name == "current_date":
+            return exp.CurrentDate()
+        if name == "current_timestamp":
+            return exp.CurrentTimestamp()
+        if name == "format_date":
+            fmt = node.args[1]
+            if not (isinstance(fmt, m.Value) and isinstance(fmt.value, str)):
+                raise ValueError("format_date's format must be a text literal")
+            return exp.TimeToStr(this=self._date_arg(node.args[0]), format=exp.Literal.string(fmt.value))
+        template = DATE_FUNCTION_TEMPLATES.get(name, {}).get(self.dialect)
+        # a template that casts its arguments itself takes them as they are
+        dated = args if template is not None and "CAST(" in template else [self._date_arg(a) for a in node.args]
+        if template is not None:
+            filled = _fill(template.replace("{y}", SECOND_PLACEHOLDER), self.dialect, dated[0],
+                           second=dated[1] if len(dated) > 1 else None)
+            return exp.Paren(this=filled) if isinstance(filled, exp.Binary) else filled
+        if name in ("date", "datetime"):
+            return exp.Cast(this=dated[0], to=exp.DataType.build("DATE" if name == "date" else "TIMESTAMP"))
+        raise ValueError(f"no function {name}")  # pragma: no cover (the model's Literal lists every name)
+
+    def _expr_cast(self, node: m.Cast) -> exp.Expression:
+        arg = self.expr(node.arg)
+        if self.dialect == "sqlite" and node.to in ("date", "timestamp"):
+            # SQLite's CAST(… AS DATE) is a number (2010 for '2010-05-01'): its date functions keep the text
+            return exp.Anonymous(this="DATE" if node.to == "date" else "DATETIME", expressions=[arg])
+        if self.dialect == "sqlite" and node.to == "boolean":
+            return exp.Cast(this=arg, to=exp.DataType.build("INT"))
+        return exp.Cast(this=arg, to=exp.DataType.build(CAST_TYPES[node.to]))
+
+    def _expr_star(self, node: m.Star) -> exp.Expression:
+        return exp.Column(this=exp.Star(), table=self.ident(node.table)) if node.table else exp.Star()
 
     def _expr_case(self, node: m.Case) -> exp.Expression:
         return exp.Case(
@@ -293,7 +436,7 @@ class SQLGenerator:
         return window
 
     def _expr_subquery(self, node: m.ScalarSubquery) -> exp.Expression:
-        return exp.Subquery(this=self.select(node.plan))
+        return exp.Subquery(this=self.statement(node.plan))
 
     # --- conditions ----------------------------------------------------------------------------
 
@@ -313,8 +456,11 @@ class SQLGenerator:
         return exp.Between(this=self.expr(node.expr), low=self.expr(node.low), high=self.expr(node.high))
 
     def _cond_like(self, node: m.Like) -> exp.Expression:
-        kind = exp.ILike if node.case_insensitive else exp.Like
+        # SQLite's own LIKE ignores the case of ASCII letters (what its LOWER folds too)
+        kind = exp.ILike if node.case_insensitive and self.dialect != "sqlite" else exp.Like
         pattern = node.pattern
+        if not isinstance(pattern, str):
+            return kind(this=self.expr(node.expr), expression=self.expr(pattern))
         if self.dialect in BACKSLASH_ESCAPES_LIKE:  # a backslash is a plain character in every plan
             pattern = pattern.replace("\\", "\\\\")
         return kind(this=self.expr(node.expr), expression=exp.Literal.string(pattern))
@@ -332,15 +478,26 @@ class SQLGenerator:
         return exp.Not(this=exp.Paren(this=self.condition(node.condition)))
 
     def _cond_in_subquery(self, node: m.InSubquery) -> exp.Expression:
-        return exp.In(this=self.expr(node.expr), query=exp.Subquery(this=self.select(node.plan)))
+        return exp.In(this=self.expr(node.expr), query=exp.Subquery(this=self.statement(node.plan)))
 
     def _cond_exists(self, node: m.Exists) -> exp.Expression:
-        return exp.Exists(this=self.select(node.plan))
+        return exp.Exists(this=self.statement(node.plan))
+
+    def _cond_truth(self, node: m.Truth) -> exp.Expression:
+        value = self.expr(node.expr)
+        if self.dialect in ("sqlite", "mysql"):
+            return value  # a number is a truth value there
+        # elsewhere a condition must be boolean: a number or a column read as one (true rows pass, as in SQLite)
+        return value if isinstance(value, exp.Boolean) else exp.Cast(this=value, to=exp.DataType.build("BOOLEAN"))
 
 
-def plan_to_expression(plan: m.PlanModel, dialect: str, *, schemas: Mapping[str, str] | None = None) -> exp.Select:
+def _wrapped(node: exp.Expression) -> exp.Expression:
+    return exp.Paren(this=node) if isinstance(node, exp.Binary) else node
+
+
+def plan_to_expression(plan: m.PlanModel, dialect: str, *, schemas: Mapping[str, str] | None = None) -> exp.Query:
     """The sqlglot tree of a plan in `dialect` (`schemas` maps table → schema for non-default schemas)."""
-    return SQLGenerator(dialect, schemas).select(plan)
+    return SQLGenerator(dialect, schemas).statement(plan)
 
 
 def generate_sql(plan: m.PlanModel, dialect: str, *, schemas: Mapping[str, str] | None = None,

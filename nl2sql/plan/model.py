@@ -20,7 +20,17 @@ from pydantic import BaseModel, ConfigDict, Field
 
 AggregateFunction = Literal["count", "sum", "avg", "min", "max"]
 WindowFunction = Literal["row_number", "rank", "dense_rank", "sum", "avg", "count", "min", "max"]
-ScalarFunction = Literal["round", "coalesce", "abs", "lower", "upper", "length", "nullif", "concat"]
+ScalarFunction = Literal[
+    "round", "coalesce", "abs", "lower", "upper", "length", "nullif", "concat",
+    # text
+    "substr", "replace", "trim", "ltrim", "rtrim", "instr",
+    # numbers
+    "ceil", "floor", "power", "mod", "sqrt", "sign",
+    # dates
+    "date", "datetime", "days_between", "format_date", "current_date", "current_timestamp",
+]
+CastType = Literal["integer", "real", "numeric", "text", "date", "timestamp", "boolean"]
+SetOperator = Literal["union", "union_all", "intersect", "except"]
 DatePart = Literal["year", "quarter", "month", "day", "hour", "minute", "day_of_week"]
 TruncUnit = Literal["year", "quarter", "month", "week", "day"]
 ComparisonOp = Literal["=", "<>", "<", "<=", ">", ">="]
@@ -70,11 +80,31 @@ class Arithmetic(Node):
 
 
 class Function(Node):
-    """A scalar function: round(x, digits), coalesce(a, b, …), abs, lower, upper, length, nullif, concat."""
+    """A scalar function: round(x, digits), coalesce(a, b, …), abs, lower, upper, length, nullif, concat(a, b, …);
+    text: substr(x, start[, length]) (1-based), replace(x, from, to), trim, ltrim, rtrim, instr(x, part) (1-based
+    position of part in x, 0 when absent); numbers: ceil, floor, power(x, y), mod(x, y), sqrt, sign; dates:
+    date(x) (the day of a timestamp), datetime(x), days_between(start, end) (end − start in days, fractional),
+    format_date(x, '%Y-%m') (strftime's codes), current_date(), current_timestamp()."""
 
     kind: Literal["function"] = "function"
     name: ScalarFunction
     args: list[Expr]
+
+
+class Cast(Node):
+    """CAST(arg AS type), to a standard type (each dialect writes its own name for it)."""
+
+    kind: Literal["cast"] = "cast"
+    arg: Expr
+    to: CastType
+
+
+class Star(Node):
+    """`*` or `t.*` in SELECT: every column of the tables in scope (or of `table`) that the caller may read, listed
+    by the validator."""
+
+    kind: Literal["star"] = "star"
+    table: str | None = None
 
 
 class When(Node):
@@ -133,7 +163,8 @@ class ScalarSubquery(Node):
     plan: PlanModel
 
 
-ExprNode = ColumnRef | Value | Aggregate | Arithmetic | Function | Case | DatePartOf | DateTrunc | Window | ScalarSubquery
+ExprNode = (ColumnRef | Value | Aggregate | Arithmetic | Function | Cast | Case | DatePartOf | DateTrunc | Window
+            | ScalarSubquery | Star)
 Expr = Annotated[ExprNode, Field(discriminator="kind")]
 
 
@@ -169,11 +200,11 @@ class Between(Node):
 
 
 class Like(Node):
-    """expr [NOT] LIKE / ILIKE pattern (% and _ wildcards)."""
+    """expr [NOT] LIKE / ILIKE pattern (% and _ wildcards): a text, or an expression that makes one."""
 
     kind: Literal["like"] = "like"
     expr: Expr
-    pattern: str
+    pattern: str | Expr
     case_insensitive: bool = False
     negated: bool = False
 
@@ -224,7 +255,14 @@ class Exists(Node):
     negated: bool = False
 
 
-ConditionNode = Comparison | InList | Between | Like | IsNull | And | Or | Not | InSubquery | Exists
+class Truth(Node):
+    """A boolean column or expression used as a condition (true rows pass)."""
+
+    kind: Literal["truth"] = "truth"
+    expr: Expr
+
+
+ConditionNode = Comparison | InList | Between | Like | IsNull | And | Or | Not | InSubquery | Exists | Truth
 Condition = Annotated[ConditionNode, Field(discriminator="kind")]
 
 
@@ -232,10 +270,12 @@ Condition = Annotated[ConditionNode, Field(discriminator="kind")]
 
 
 class TableRef(Node):
-    """A table, optionally under an alias (needed for self-joins)."""
+    """A table, optionally under an alias (needed for self-joins); or a derived table: a sub-plan (`query`) read
+    under its alias (`table` then names it too); or a common table expression of this or an outer plan, by name."""
 
     table: str
     alias: str | None = None
+    query: PlanModel | None = Field(default=None, description="A derived table: the sub-plan read under `alias`.")
 
     @property
     def name_in_scope(self) -> str:
@@ -251,11 +291,13 @@ class JoinKey(Node):
 
 
 class Join(Node):
-    """INNER or LEFT JOIN table ON all key pairs."""
+    """INNER or LEFT JOIN table ON all key pairs (and `condition`, for any other condition); CROSS JOIN (every pair
+    of rows) has neither."""
 
-    type: Literal["inner", "left"] = "inner"
+    type: Literal["inner", "left", "cross"] = "inner"
     table: TableRef
-    on: list[JoinKey]
+    on: list[JoinKey] = Field(default_factory=list)
+    condition: Condition | None = None
 
 
 class SelectItem(Node):
@@ -265,9 +307,25 @@ class SelectItem(Node):
     alias: str | None = None
 
 
-class PlanModel(Node):
-    """A single SELECT over one datasource, as a tree."""
+class CommonTable(Node):
+    """WITH name AS (plan): a named sub-plan the plan (and the plans inside it) reads like a table."""
 
+    name: str
+    plan: PlanModel
+
+
+class SetOperation(Node):
+    """A set operation with another plan: UNION (distinct rows), UNION ALL, INTERSECT, EXCEPT."""
+
+    op: SetOperator
+    plan: PlanModel
+
+
+class PlanModel(Node):
+    """A single SELECT over one datasource, as a tree; with `set_operations`, the first of several combined (its
+    order_by, limit and offset then apply to the combined rows)."""
+
+    with_: list[CommonTable] = Field(default_factory=list, alias="with")
     select: list[SelectItem]
     from_: TableRef = Field(alias="from")
     joins: list[Join] = Field(default_factory=list)
@@ -278,6 +336,7 @@ class PlanModel(Node):
     limit: int | None = None
     offset: int | None = None
     distinct: bool = False
+    set_operations: list[SetOperation] = Field(default_factory=list)
 
     #: The unions written once in the plan's JSON schema for structured output (`llm.json_schema`).
     json_schema_unions: ClassVar[dict[str, object]] = {"Expr": Expr, "Condition": Condition}
@@ -287,6 +346,7 @@ class PlanModel(Node):
         return [self.from_, *(j.table for j in self.joins)]
 
 
-for _model in (Aggregate, Arithmetic, Function, When, Case, DatePartOf, DateTrunc, OrderItem, Window,
-               ScalarSubquery, Comparison, InList, Between, Like, IsNull, And, Or, Not, InSubquery, Exists, PlanModel):
+for _model in (Aggregate, Arithmetic, Function, Cast, When, Case, DatePartOf, DateTrunc, OrderItem, Window,
+               ScalarSubquery, Comparison, InList, Between, Like, IsNull, And, Or, Not, InSubquery, Exists, Truth,
+               TableRef, Join, CommonTable, SetOperation, PlanModel):
     _model.model_rebuild()

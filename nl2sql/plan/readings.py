@@ -66,6 +66,8 @@ def read_against_question(plan: m.PlanModel, question: str,
                           tables: Mapping[str, TableInfo] | None = None) -> tuple[m.PlanModel, list[PlanIssue]]:
     """The plan with its contradictions fixed (a copy where anything changed), and the repairs made. `tables`: the
     plan's tables by name, as validated (without them the shown columns are not checked)."""
+    if plan.set_operations:
+        return plan, []  # combined rows: each plan is read as written
     fixed = plan.model_copy(deep=True)
     repairs = [*_question_range(fixed, question), *_unit_factors(fixed), *_fixed_shown_columns(fixed, tables or {}),
                *_count_not_asked(fixed, question)]

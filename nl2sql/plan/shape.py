@@ -59,6 +59,8 @@ def shape_answer(plan: m.PlanModel, tables: Mapping[str, TableInfo], rules: Sequ
     unchanged). `repeating`: the (table, column) pairs, lower-case, whose values repeat in the data."""
     if (plan.distinct and not _one_row_per_group(plan)) or not rules:
         return plan, []  # DISTINCT: an added column or order key could change the rows
+    if plan.set_operations:
+        return plan, []  # combined rows: a column added to one plan would not match the others (and changes rows)
     shaped = plan.model_copy(deep=True)
     added: list[str] = []
     if "measure" in rules:

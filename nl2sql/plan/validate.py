@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from nl2sql.datasources.guard import sqlglot_dialect
-from nl2sql.datasources.models import SchemaSnapshot, TableInfo
+from nl2sql.datasources.models import ColumnInfo, SchemaSnapshot, TableInfo
 from nl2sql.errors import NL2SQLError, SecurityViolation, did_you_mean
 from nl2sql.plan import model as m
 from nl2sql.plan.join_keys import Dtype, category, coercible, describe, dtype_of, value_dtype
@@ -27,7 +27,23 @@ from nl2sql.policies import Scope
 
 MAX_LISTED_COLUMNS = 40
 FUNCTION_ARITY = {"round": (1, 2), "coalesce": (2, 99), "abs": (1, 1), "lower": (1, 1), "upper": (1, 1),
-                  "length": (1, 1), "nullif": (2, 2), "concat": (2, 99)}
+                  "length": (1, 1), "nullif": (2, 2), "concat": (2, 99),
+                  "substr": (2, 3), "replace": (3, 3), "trim": (1, 1), "ltrim": (1, 1), "rtrim": (1, 1),
+                  "instr": (2, 2), "ceil": (1, 1), "floor": (1, 1), "power": (2, 2), "mod": (2, 2), "sqrt": (1, 1),
+                  "sign": (1, 1), "date": (1, 1), "datetime": (1, 1), "days_between": (2, 2), "format_date": (2, 2),
+                  "current_date": (0, 0), "current_timestamp": (0, 0)}
+#: What a function returns (None: the type of its first argument).
+FUNCTION_DTYPES: dict[str, Dtype | None] = {
+    "length": "integer", "instr": "integer", "concat": "text", "substr": "text", "replace": "text", "trim": "text",
+    "ltrim": "text", "rtrim": "text", "lower": "text", "upper": "text", "ceil": "integer", "floor": "integer",
+    "power": "float", "sqrt": "float", "sign": "integer", "date": "date", "datetime": "datetime",
+    "days_between": "float", "format_date": "text", "current_date": "date", "current_timestamp": "datetime"}
+#: The type name a cast's target reads as (for the columns of a common or derived table).
+CAST_DTYPES: dict[str, Dtype] = {"integer": "integer", "real": "float", "numeric": "decimal", "text": "text",
+                                 "date": "date", "timestamp": "datetime", "boolean": "boolean"}
+#: A type name for each dtype, read back by dtype_of (a common or derived table's columns have no reflected type).
+DTYPE_NAMES: dict[str, str] = {"integer": "INTEGER", "decimal": "DECIMAL", "float": "DOUBLE", "text": "TEXT",
+                               "date": "DATE", "datetime": "TIMESTAMP", "boolean": "BOOLEAN", "binary": "BLOB"}
 RANKING = ("row_number", "rank", "dense_rank")
 #: The integers every supported database reads as written (signed 64-bit): SQLite turns a larger literal into
 #: an approximate REAL, and LIMIT or OFFSET past it fails in the database. A plan's numbers stay within it.
@@ -89,6 +105,27 @@ class VisibleNames:
     added_joins: list[m.Join] = field(default_factory=list)
     #: the join keys compared for equality (lower-cased names, join type)
     join_equalities: list[tuple[tuple[str, str], tuple[str, str], str]] = field(default_factory=list)
+    #: the common tables (WITH) named here, as tables of their output columns (lower-cased names)
+    common: dict[str, TableInfo] = field(default_factory=dict)
+
+    def common_table(self, name: str) -> TableInfo | None:
+        """The common table of that name visible here (the nearest WITH first), or None."""
+        frame: VisibleNames | None = self
+        while frame is not None:
+            if name.lower() in frame.common:
+                return frame.common[name.lower()]
+            frame = frame.parent
+        return None
+
+    def all_common(self) -> dict[str, TableInfo]:
+        """Every common table visible here, the nearest WITH's first."""
+        found: dict[str, TableInfo] = {}
+        frame: VisibleNames | None = self
+        while frame is not None:
+            for name, info in frame.common.items():
+                found.setdefault(name, info)
+            frame = frame.parent
+        return found
 
     def lookup(self, name: str) -> tuple[m.TableRef, TableInfo | None] | None:
         frame: VisibleNames | None = self
@@ -146,6 +183,15 @@ def _sub_plans(node: m.Node) -> Iterator[m.PlanModel]:
         return
     for child in children(node):
         yield from _sub_plans(child)
+
+
+def _plans_in(node: m.Node) -> Iterator[m.PlanModel]:
+    """The plans directly inside a node (not the plans inside those)."""
+    if isinstance(node, m.PlanModel):
+        yield node
+        return
+    for child in children(node):
+        yield from _plans_in(child)
 
 
 def _contains(node: m.Node, kinds: tuple[type, ...], *, into_subplans: bool = False) -> bool:
@@ -258,18 +304,46 @@ class PlanValidator:
         """
         if not self.scope.reachable:
             raise SecurityViolation(datasource=self.scope.datasource, node="validator")
-        readable = [t.name for t in self.allowed]
-        for index, sub in enumerate(iter_plans(plan)):
-            if question is not None:
-                self._drop_invented_joins(sub, question, "plan" if index == 0 else f"plan (sub-plan {index})")
-            for ref in sub.tables():
-                info = self.snapshot.table(ref.table)
-                if info is not None and info in self.allowed:
-                    continue
-                if info is not None or did_you_mean(ref.table, readable) is None:
-                    raise SecurityViolation(datasource=self.scope.datasource, node="validator")
+        self._scope_of(plan, frozenset(), question, [0])
 
-    def _drop_invented_joins(self, sub: m.PlanModel, question: str, path: str) -> None:
+    def _scope_of(self, plan: m.PlanModel, common: frozenset[str], question: str | None, count: list[int]) -> None:
+        """check_scope for one plan and, inside it, every plan it holds: set-operation branches, common tables,
+        derived tables, sub-queries. A name a visible common table has is that common table, never a table of the
+        database (as the database reads it); every other name must be a table the caller may read."""
+        readable = [t.name for t in self.allowed]
+        index, count[0] = count[0], count[0] + 1
+        seen = set(common)
+        for table in plan.with_:  # each sees the ones before it (none is recursive)
+            self._scope_of(table.plan, frozenset(seen), question, count)
+            seen.add(table.name.lower())
+        visible = frozenset(seen)
+        if question is not None:
+            self._drop_invented_joins(plan, question, "plan" if index == 0 else f"plan (sub-plan {index})", visible)
+        for ref in plan.tables():
+            if ref.query is not None:
+                self._scope_of(ref.query, visible, question, count)
+                continue
+            if ref.table.lower() in visible:
+                continue
+            info = self.snapshot.table(ref.table)
+            if info is not None and info in self.allowed:
+                continue
+            if info is not None or did_you_mean(ref.table, readable) is None:
+                raise SecurityViolation(datasource=self.scope.datasource, node="validator")
+        for node in children(plan):
+            if isinstance(node, m.CommonTable | m.TableRef):
+                continue
+            if isinstance(node, m.Join):
+                for part in children(node):
+                    if not isinstance(part, m.TableRef):
+                        for sub in _plans_in(part):
+                            self._scope_of(sub, visible, question, count)
+                continue
+            for sub in _plans_in(node):
+                self._scope_of(sub, visible, question, count)
+
+    def _drop_invented_joins(self, sub: m.PlanModel, question: str, path: str,
+                             common: frozenset[str] = frozenset()) -> None:
         """Drop a join the model invented: a table outside what the caller may read (whether it exists or not: the
         answer is the same), joined on a column that the readable table on the other side does not have
         (`Customer T1 JOIN Address T2 ON T1.AddressId = T2.AddressId`), every other column read through it a
@@ -278,6 +352,8 @@ class PlanValidator:
         """
         words = set(re.findall(r"[a-z]+", question.lower()))
         for j, join in reversed(list(enumerate(sub.joins))):
+            if join.table.query is not None or join.table.table.lower() in common:
+                continue  # a derived or common table: the plan's own
             info = self.snapshot.table(join.table.table)
             if (info is not None and info in self.allowed) or len(join.on) != 1 \
                     or did_you_mean(join.table.table, [t.name for t in self.allowed]) is not None \
@@ -338,7 +414,71 @@ class PlanValidator:
     # --- plans ---------------------------------------------------------------------------------
 
     def plan(self, plan: m.PlanModel, path: str, parent: VisibleNames | None = None) -> VisibleNames:
-        """Validate one plan in the scope of `parent` (for correlated references)."""
+        """Validate one plan in the scope of `parent` (for correlated references): its common tables, its SELECT,
+        and the plans its set operations combine it with."""
+        if plan.with_:
+            parent = VisibleNames(parent=parent)
+            for i, table in enumerate(plan.with_):
+                key = table.name.lower()
+                if key in parent.common:
+                    self.issue("DUPLICATE_ALIAS", f"{table.name} is named twice in with.", f"{path}.with[{i}]")
+                    continue
+                parent.common[key] = self._output_table(table.name, table.plan, f"{path}.with[{i}].plan", parent)
+        frame = self._select(plan, path, parent)
+        for i, operation in enumerate(plan.set_operations):
+            where = f"{path}.set_operations[{i}].plan"
+            branch = operation.plan
+            for clause in ("order_by", "limit", "offset", "with_"):
+                if getattr(branch, clause):
+                    self.issue("SET_OPERATION_BRANCH", f"A plan combined by {operation.op} cannot have its own "
+                               f"{clause.rstrip('_')}: put order_by and limit on the first plan (they apply to "
+                               "the combined rows), with on the first plan too.", f"{where}.{clause.rstrip('_')}")
+            self.plan(branch, where, parent)
+            if branch.select and plan.select and len(branch.select) != len(plan.select) \
+                    and not any(isinstance(i.expr, m.Star) for i in (*branch.select, *plan.select)):
+                self.issue("SET_OPERATION_COLUMNS", f"{operation.op} combines plans of the same number of columns: "
+                           f"the first selects {len(plan.select)}, this one {len(branch.select)}.", f"{where}.select")
+        return frame
+
+    def _output_table(self, name: str, plan: m.PlanModel, path: str, parent: VisibleNames | None) -> TableInfo:
+        """Validate a common or derived table's plan; a table of its output columns (named by alias, or by the
+        column; typed where known), as the plans that read it see it."""
+        frame = self.plan(plan, path, parent)
+        columns, taken = [], set()
+        for i, item in enumerate(plan.select):
+            label = item.alias or (item.expr.column if isinstance(item.expr, m.ColumnRef) else f"column{i + 1}")
+            if label.lower() in taken:
+                continue
+            taken.add(label.lower())
+            columns.append(ColumnInfo(name=label, type=DTYPE_NAMES.get(self._dtype_of(item.expr, frame) or "", "")))
+        return TableInfo(name=name, columns=columns)
+
+    def _dtype_of(self, node: m.ExprNode, frame: VisibleNames) -> Dtype | None:
+        """The dtype of an already validated expression, where it is plain to see."""
+        if isinstance(node, m.ColumnRef) and node.table:
+            found = frame.lookup(node.table)
+            column = found[1].column(node.column) if found is not None and found[1] is not None else None
+            return dtype_of(column.type, sqlglot_dialect(self.snapshot.dialect)) if column is not None else None
+        if isinstance(node, m.Value):
+            return value_dtype(node.value)
+        if isinstance(node, m.Cast):
+            return CAST_DTYPES[node.to]
+        if isinstance(node, m.Aggregate):
+            if node.func == "count":
+                return "integer"
+            inner = self._dtype_of(node.arg, frame) if node.arg is not None else None
+            if node.func == "avg":
+                return "float" if inner is None or category(inner) == "number" else None
+            return inner
+        if isinstance(node, m.Function):
+            kind = FUNCTION_DTYPES.get(node.name)
+            return kind if kind is not None else (self._dtype_of(node.args[0], frame) if node.args else None)
+        if isinstance(node, m.DatePartOf):
+            return "integer"
+        return None
+
+    def _select(self, plan: m.PlanModel, path: str, parent: VisibleNames | None) -> VisibleNames:
+        """Validate one SELECT in the scope of `parent`."""
         frame = VisibleNames(parent=parent)
         self._add_table(frame, plan.from_, f"{path}.from")
         joins: list[m.Join] = []
@@ -350,8 +490,11 @@ class PlanValidator:
         frame.join_equalities = [((k.left.table.lower(), k.left.column.lower()),
                                   (k.right.table.lower(), k.right.column.lower()), join.type)
                                  for join in joins for k in join.on if k.left.table and k.right.table]
+        frame.join_equalities += [(left, right, join.type) for join in joins
+                                  for left, right in _condition_equalities(join.condition)]
         if not plan.select:
             self.issue("EMPTY_SELECT", "The plan selects nothing. Add at least one select item.", f"{path}.select")
+        self._expand_stars(plan, frame, path)
         self._labelled_tables(plan, frame, path)
         for i, item in enumerate(plan.select):
             self.expr(item.expr, frame, "select", f"{path}.select[{i}]")
@@ -376,6 +519,28 @@ class PlanValidator:
         self._grouping(plan, frame, path)
         plan.joins.extend(frame.added_joins)
         return frame
+
+    def _expand_stars(self, plan: m.PlanModel, frame: VisibleNames, path: str) -> None:
+        """`*` and `t.*` as the columns they stand for: every column of the plan's tables (or of t), each of which
+        the caller may read (the tables were checked for scope first)."""
+        items: list[m.SelectItem] = []
+        for i, item in enumerate(plan.select):
+            if not isinstance(item.expr, m.Star):
+                items.append(item)
+                continue
+            refs = list(frame.tables.values())
+            if item.expr.table is not None:
+                found = frame.tables.get(item.expr.table.lower())
+                if found is None:
+                    self.issue("UNKNOWN_ALIAS", f"No table or alias {item.expr.table} is in this plan. In scope: "
+                               f"{', '.join(r.name_in_scope for r, _ in refs) or '(none)'}.", f"{path}.select[{i}]")
+                    continue
+                refs = [found]
+            for ref, info in refs:
+                if info is not None:
+                    items += [m.SelectItem(expr=m.ColumnRef(table=ref.name_in_scope, column=c.name))
+                              for c in info.columns]
+        plan.select[:] = items
 
     def _labelled_tables(self, plan: m.PlanModel, frame: VisibleNames, path: str) -> None:
         """A column whose label names another table of this plan that has the column (`T2.Name AS genre` where T2
@@ -408,8 +573,20 @@ class PlanValidator:
                        f"Put a column or an expression (or a select alias) in {clause}.", path)
 
     def _add_table(self, frame: VisibleNames, ref: m.TableRef, path: str) -> bool:
-        """Bring a table into scope; False (and the first use kept) when its alias is taken."""
-        info = self.resolve_table(ref, path)
+        """Bring a table into scope (a table of the database, a common table, or a derived table); False (and the
+        first use kept) when its alias is taken."""
+        if ref.query is not None:
+            if ref.alias is None:
+                ref.alias = ref.table
+            # a derived table sees the common tables around it, not the tables beside it (no LATERAL)
+            inner = VisibleNames(common=frame.all_common())
+            info: TableInfo | None = self._output_table(ref.table, ref.query, f"{path}.query", inner)
+        else:
+            info = frame.common_table(ref.table)
+            if info is None:
+                info = self.resolve_table(ref, path)
+            elif ref.table != info.name:
+                ref.table = info.name
         key = ref.name_in_scope.lower()
         if key in frame.tables:
             self.issue("DUPLICATE_ALIAS", f"{ref.name_in_scope} is used twice in this plan. Give each use of a "
@@ -421,9 +598,15 @@ class PlanValidator:
     def _join(self, join: m.Join, frame: VisibleNames, path: str) -> list[m.Join]:
         """Check one join's keys; the link join to put before it when its keys had one repair."""
         links: list[m.Join] = []
-        if not join.on:
+        if join.type == "cross" and (join.on or join.condition is not None):
+            self.issue("CROSS_JOIN_WITH_KEYS", f"A cross join to {join.table.name_in_scope} pairs every row: it has "
+                       "no keys or condition. Use an inner join for those.", path)
+        if join.condition is not None:
+            self.condition(join.condition, frame, "join", f"{path}.condition")
+        if not join.on and join.condition is None and join.type != "cross":
             self.issue("JOIN_WITHOUT_KEYS", f"The join to {join.table.name_in_scope} has no keys. Add at least one "
-                       "pair of columns to compare.", f"{path}.on")
+                       "pair of columns to compare. Any other condition goes in `condition`; a cross join (type cross) pairs "
+                       "every row.", f"{path}.on")
         joined = join.table.name_in_scope.lower()
         for k, key in enumerate(join.on):
             left = self.column(key.left, frame, "join", f"{path}.on[{k}].left")
@@ -434,6 +617,9 @@ class PlanValidator:
             if joined not in sides or len(sides) < 2:
                 self.issue("JOIN_NOT_CONNECTED", f"The join to {join.table.name_in_scope} must compare a column of "
                            f"{join.table.name_in_scope} with a column of a table joined before it.", f"{path}.on[{k}]")
+            if left and right and not coercible(left, right, parse_text=False) \
+                    and self._key_as_sqlite(join, key, left, right, frame, f"{path}.on[{k}]"):
+                continue
             if left and right and not coercible(left, right, parse_text=False):
                 self.issue(
                     "JOIN_KEY_TYPE_MISMATCH",
@@ -447,6 +633,24 @@ class PlanValidator:
                 if link is not None:
                     links.append(link)
         return links
+
+    def _key_as_sqlite(self, join: m.Join, key: m.JoinKey, left: Dtype, right: Dtype, frame: VisibleNames,
+                       path: str) -> bool:
+        """In SQLite, a text key joined to a number key compares as numbers (numeric affinity): the pair moves to the
+        join's condition with the text side read as a number, so every dialect joins as SQLite does (a repair). Only
+        for a key pair that is one (a declared foreign key, or columns of one name): a name joined to an id is a
+        mistake SQLite would answer with no rows, said rather than repaired."""
+        if sqlglot_dialect(self.snapshot.dialect) != "sqlite" or {category(left), category(right)} != {"text", "number"}:
+            return False
+        if key.left.column.lower() != key.right.column.lower() and not _declared_link(key, frame):
+            return False
+        text, number = (key.left, key.right) if category(left) == "text" else (key.right, key.left)
+        pair = m.Comparison(op="=", left=m.Cast(arg=text, to="numeric"), right=number)
+        join.condition = pair if join.condition is None else m.And(conditions=[join.condition, pair])
+        join.on.remove(key)
+        self.repairs.append(PlanIssue("COMPARED_AS_SQLITE", f"{_describe_node(text)} is text: read as a number to join "
+                                      f"with {_describe_node(number)}, as SQLite does.", path))
+        return True
 
     def _keys_of_one_thing(self, join: m.Join, k: int, frame: VisibleNames, path: str) -> m.Join | None:
         """A key pair must compare keys of one table's rows. `Customer.CustomerId = InvoiceLine.InvoiceId` never
@@ -628,7 +832,12 @@ class PlanValidator:
             if node.arg is None and node.func != "count":
                 self.issue("MISSING_ARGUMENT", f"{node.func}() needs an argument.", path)
             if node.arg is not None:
-                self.expr(node.arg, frame, clause, f"{path}.arg", in_aggregate=True)
+                dtype = self.expr(node.arg, frame, clause, f"{path}.arg", in_aggregate=True)
+                if node.func in ("sum", "avg") and dtype is not None and category(dtype) == "text" \
+                        and sqlglot_dialect(self.snapshot.dialect) == "sqlite":
+                    self.repairs.append(PlanIssue("COMPARED_AS_SQLITE", f"{_describe_node(node.arg)} is text: "
+                                                  f"read as numbers for {node.func}(), as SQLite does.", path))
+                    node.arg = m.Cast(arg=node.arg, to="real")
             return None
         if isinstance(node, m.Window):
             return self._window(node, frame, clause, path)
@@ -641,8 +850,19 @@ class PlanValidator:
             if not low <= len(node.args) <= high:
                 want = str(low) if low == high else f"{low} to {high}" if high < 99 else f"at least {low}"
                 self.issue("BAD_ARGUMENTS", f"{node.name}() takes {want} arguments, not {len(node.args)}.", path)
-            for i, arg in enumerate(node.args):
-                self.expr(arg, frame, clause, f"{path}.args[{i}]", in_aggregate=in_aggregate)
+            dtypes = [self.expr(arg, frame, clause, f"{path}.args[{i}]", in_aggregate=in_aggregate)
+                      for i, arg in enumerate(node.args)]
+            if node.name == "format_date" and len(node.args) == 2 and not (
+                    isinstance(node.args[1], m.Value) and isinstance(node.args[1].value, str)):
+                self.issue("BAD_ARGUMENTS", "format_date's format must be a text such as '%Y-%m'.", f"{path}.args[1]")
+            kind = FUNCTION_DTYPES.get(node.name)
+            return kind if kind is not None else (dtypes[0] if dtypes else None)
+        if isinstance(node, m.Cast):
+            self.expr(node.arg, frame, clause, f"{path}.arg", in_aggregate=in_aggregate)
+            return CAST_DTYPES[node.to]
+        if isinstance(node, m.Star):
+            self.issue("STAR_NOT_ALLOWED", "* stands for columns only as a whole select item (count(*) is an "
+                       "aggregate with no argument).", path)
             return None
         if isinstance(node, m.Case):
             if not node.whens:
@@ -667,8 +887,8 @@ class PlanValidator:
                            "Use a date or timestamp column.", f"{path}.arg")
             return "integer" if isinstance(node, m.DatePartOf) else "datetime"
         if isinstance(node, m.ScalarSubquery):
-            self._sub_plan(node.plan, frame, f"{path}.plan", one_column=True)
-            return None
+            inner = self._sub_plan(node.plan, frame, f"{path}.plan", one_column=True)
+            return self._dtype_of(node.plan.select[0].expr, inner) if len(node.plan.select) == 1 else None
         raise TypeError(f"unknown expression node {type(node).__name__}")  # pragma: no cover
 
     def _number_in_range(self, value: object, path: str) -> None:
@@ -700,11 +920,28 @@ class PlanValidator:
         for i, item in enumerate(node.order_by):
             self.expr(item.expr, frame, "select", f"{path}.order_by[{i}].expr")
 
-    def _sub_plan(self, plan: m.PlanModel, frame: VisibleNames, path: str, *, one_column: bool) -> None:
-        self.plan(plan, path, parent=frame)
+    def _sub_plan(self, plan: m.PlanModel, frame: VisibleNames, path: str, *, one_column: bool) -> VisibleNames:
+        inner = self.plan(plan, path, parent=frame)
         if one_column and len(plan.select) > 1:
             self.issue("SUBQUERY_COLUMNS", f"This sub-plan must select exactly one column, not {len(plan.select)}.",
                        f"{path}.select")
+        return inner
+
+    def _in_as_sqlite(self, node: m.InSubquery, subject: Dtype | None, inner: VisibleNames, path: str) -> None:
+        """In SQLite, text IN (numbers) or a number IN (texts) compares as numbers (numeric affinity): the text side
+        read as a number, so every dialect compares as SQLite does (a repair)."""
+        if sqlglot_dialect(self.snapshot.dialect) != "sqlite" or len(node.plan.select) != 1 or subject is None:
+            return
+        item = node.plan.select[0]
+        selected = self._dtype_of(item.expr, inner)
+        if selected is None or {category(subject), category(selected)} != {"text", "number"}:
+            return
+        if category(subject) == "text":
+            node.expr = m.Cast(arg=node.expr, to="numeric")
+        else:
+            item.expr = m.Cast(arg=item.expr, to="numeric")
+        self.repairs.append(PlanIssue("COMPARED_AS_SQLITE", "text compared with numbers in in: read as numbers, as "
+                                      "SQLite does.", path))
 
     # --- conditions ----------------------------------------------------------------------------
 
@@ -713,7 +950,8 @@ class PlanValidator:
         if isinstance(node, m.Comparison):
             left = self.expr(node.left, frame, clause, f"{path}.left")
             right = self.expr(node.right, frame, clause, f"{path}.right")
-            self._comparable(node.left, left, node.right, right, path)
+            if not self._compared_as_sqlite(node, left, right, path):
+                self._comparable(node.left, left, node.right, right, path)
         elif isinstance(node, m.InList):
             subject = self.expr(node.expr, frame, clause, f"{path}.expr")
             if not node.values:
@@ -728,6 +966,8 @@ class PlanValidator:
                 self._comparable(node.expr, subject, bound, self.expr(bound, frame, clause, f"{path}.{name}"),
                                  f"{path}.{name}")
         elif isinstance(node, m.Like):
+            if not isinstance(node.pattern, str):
+                self.expr(node.pattern, frame, clause, f"{path}.pattern")
             dtype = self.expr(node.expr, frame, clause, f"{path}.expr")
             if dtype is not None and category(dtype) not in ("text", "other"):
                 self.issue("LIKE_NOT_TEXT", f"like needs text, but {_describe_node(node.expr)} is {describe(dtype)}. "
@@ -742,10 +982,41 @@ class PlanValidator:
         elif isinstance(node, m.Not):
             self.condition(node.condition, frame, clause, f"{path}.condition")
         elif isinstance(node, m.InSubquery):
-            self.expr(node.expr, frame, clause, f"{path}.expr")
-            self._sub_plan(node.plan, frame, f"{path}.plan", one_column=True)
+            subject = self.expr(node.expr, frame, clause, f"{path}.expr")
+            inner = self._sub_plan(node.plan, frame, f"{path}.plan", one_column=True)
+            self._in_as_sqlite(node, subject, inner, path)
         elif isinstance(node, m.Exists):
             self._sub_plan(node.plan, frame, f"{path}.plan", one_column=False)
+        elif isinstance(node, m.Truth):
+            self.expr(node.expr, frame, clause, f"{path}.expr")
+
+    def _compared_as_sqlite(self, node: m.Comparison, left: Dtype | None, right: Dtype | None, path: str) -> bool:
+        """In SQLite, text compared with a number, written the way SQLite reads it (a repair; True when made), so that
+        every dialect computes what SQLite does: beside a text column a number literal is text ('2014'); text beside
+        a number column or expression is read as a number (CAST … AS NUMERIC: SQLite's numeric affinity)."""
+        if sqlglot_dialect(self.snapshot.dialect) != "sqlite" or left is None or right is None:
+            return False
+        if {category(left), category(right)} != {"text", "number"}:
+            return False
+        text_side = "left" if category(left) == "text" else "right"
+        number_side = "right" if text_side == "left" else "left"
+        number = getattr(node, number_side)
+        if isinstance(number, m.Value) and isinstance(number.value, int | float) and not isinstance(number.value, bool):
+            written = repr(number.value)
+            number.value = str(number.value)
+            self.repairs.append(PlanIssue("COMPARED_AS_SQLITE", f"{_describe_node(getattr(node, text_side))} is text: "
+                                          f"{written} compared as the text '{number.value}', as SQLite does.", path))
+            return True
+        text = getattr(node, text_side)
+        if isinstance(text, m.Value):
+            return False  # a literal text against a number: the usual rule says how to write it
+        if isinstance(text, m.ColumnRef) and isinstance(number, m.ColumnRef) \
+                and text.column.lower() != number.column.lower():
+            return False  # two columns of different names and kinds: more likely a mistake than a text-typed key
+        setattr(node, text_side, m.Cast(arg=text, to="numeric"))
+        self.repairs.append(PlanIssue("COMPARED_AS_SQLITE", f"{_describe_node(text)} is text: read as a number to "
+                                      f"compare with {_describe_node(number)}, as SQLite does.", path))
+        return True
 
     def _comparable(self, left: m.ExprNode, left_dtype: Dtype | None, right: m.ExprNode, right_dtype: Dtype | None,
                     path: str) -> None:
@@ -755,6 +1026,14 @@ class PlanValidator:
         kinds = {category(left_dtype), category(right_dtype)}
         if "other" in kinds or len(kinds) == 1:
             return
+        if sqlglot_dialect(self.snapshot.dialect) == "sqlite" and kinds == {"text", "number"}:
+            for node, other in ((left, right_dtype), (right, left_dtype)):
+                if isinstance(node, m.Value) and isinstance(node.value, int | float) \
+                        and not isinstance(node.value, bool) and category(other) == "text":
+                    node.value = str(node.value)  # SQLite applies the text column's affinity to the number
+                    self.repairs.append(PlanIssue("COMPARED_AS_SQLITE", f"{node.value} compared as text beside "
+                                                  "a text column, as SQLite does.", path))
+                    return
         sides = ((left, left_dtype), (right, right_dtype))
         for (node, _), (_, other) in (sides, sides[::-1]):
             if isinstance(node, m.Value) and isinstance(node.value, str) and category(other) != "text":
@@ -777,7 +1056,13 @@ class PlanValidator:
             return
         keys = frozenset(_key(e) for e in plan.group_by)
         grouped = {((e.table or "").lower(), e.column.lower()) for e in plan.group_by if isinstance(e, m.ColumnRef)}
+        keyed = _equal_by_inner_joins(grouped, frame.join_equalities)  # a column equal to a grouped one
         local = set(frame.tables)
+        aggregates = [n for item in plan.select for n in _aggregates_of(item.expr)]
+        # SQLite's bare columns beside one MIN or MAX take the values of the row it found (a documented SQLite
+        # reading, and the one way to say "the row with the most" without a sub-plan there)
+        bare = (sqlglot_dialect(self.snapshot.dialect) == "sqlite" and len(aggregates) == 1
+                and aggregates[0].func in ("min", "max") and plan.having is None)
         checks = [(item.expr, f"{path}.select[{i}]") for i, item in enumerate(plan.select)]
         checks += [(item.expr, f"{path}.order_by[{i}]") for i, item in enumerate(plan.order_by)]
         if plan.having is not None:
@@ -792,16 +1077,37 @@ class PlanValidator:
                 if info is None or info.column(ref.column) is None:
                     continue  # already reported as unknown
                 column = (ref.table.lower(), ref.column.lower())
-                if column not in grouped and _keyed_by(info, ref.table.lower(), grouped):
+                if column not in grouped and _keyed_by(info, ref.table.lower(), keyed):
                     # grouped by the table's key: the column has one value per group, so grouping by it too
                     # changes no group (the one reading)
                     self.repairs.append(PlanIssue("GROUP_BY_DEPENDENT_COLUMN", f"{ref.table}.{ref.column} added to "
                                                   f"group_by (the plan groups by the key of {ref.table}).", where))
                     plan.group_by.append(m.ColumnRef(table=ref.table, column=ref.column))
                     grouped.add(column)
+                if column not in grouped and bare and where.startswith(f"{path}.select"):
+                    self.repairs.append(PlanIssue("BARE_COLUMN", f"{ref.table}.{ref.column} is read from the row "
+                                                  f"whose {aggregates[0].func}() the plan selects, as SQLite does.",
+                                                  where))
+                    grouped.add(column)
                 if column not in grouped:
                     self.issue("GROUP_BY_MISMATCH", f"{ref.table}.{ref.column} is used without an aggregate but is "
                                "not in group_by. Add it to group_by or aggregate it.", where)
+
+
+def _declared_link(key: m.JoinKey, frame: VisibleNames) -> bool:
+    """Whether a key pair is a foreign key the database declares (either way round)."""
+    sides = []
+    for ref in (key.left, key.right):
+        found = frame.lookup(ref.table or "")
+        if found is None or found[1] is None:
+            return False
+        sides.append((found[1], ref.column.lower()))
+    for (info, column), (other, other_column) in (sides, sides[::-1]):
+        for fk in info.foreign_keys:
+            if [c.lower() for c in fk.columns] == [column] and fk.ref_table.lower() == other.name.lower() \
+                    and [c.lower() for c in fk.ref_columns] == [other_column]:
+                return True
+    return False
 
 
 def _identified(info: TableInfo, column: str) -> str | None:
@@ -875,6 +1181,42 @@ def _columns_outside(sub: m.Node, skip: m.Join) -> Iterator[m.ColumnRef]:
             yield child
         elif child is not skip and not isinstance(child, m.PlanModel):
             yield from _columns_outside(child, skip)
+
+
+def _aggregates_of(node: m.Node) -> Iterator[m.Aggregate]:
+    """The aggregates of one plan's expression (not of its sub-plans; not windows')."""
+    if isinstance(node, m.Aggregate):
+        yield node
+    elif not isinstance(node, m.PlanModel | m.Window):
+        for child in children(node):
+            yield from _aggregates_of(child)
+
+
+def _condition_equalities(node: m.ConditionNode | None) -> Iterator[tuple[tuple[str, str], tuple[str, str]]]:
+    """The column pairs a join condition holds equal (`a.x = b.y`, also with a cast on either side, in an AND)."""
+    if isinstance(node, m.And):
+        for part in node.conditions:
+            yield from _condition_equalities(part)
+    elif isinstance(node, m.Comparison) and node.op == "=":
+        sides = [n.arg if isinstance(n, m.Cast) else n for n in (node.left, node.right)]
+        if all(isinstance(n, m.ColumnRef) and n.table for n in sides):
+            left, right = sides
+            yield (left.table.lower(), left.column.lower()), (right.table.lower(), right.column.lower())  # type: ignore[union-attr]
+
+
+def _equal_by_inner_joins(columns: set[tuple[str, str]],
+                          equalities: list[tuple[tuple[str, str], tuple[str, str], str]]) -> set[tuple[str, str]]:
+    """The columns, and every column an inner join's key pair makes equal to one of them (grouping by one groups
+    by the other)."""
+    found = set(columns)
+    grew = True
+    while grew:
+        grew = False
+        for left, right, kind in equalities:
+            if kind == "inner" and (left in found) != (right in found):
+                found |= {left, right}
+                grew = True
+    return found
 
 
 def _keyed_by(info: TableInfo, alias: str, grouped: set[tuple[str, str]]) -> bool:

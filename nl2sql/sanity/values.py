@@ -37,9 +37,13 @@ class LiteralFilter:
 
 
 def plan_tables(plan: m.PlanModel, lookup: Callable[[str], TableInfo | None]) -> dict[str, TableInfo]:
-    """The plan's tables by the name columns use for them (alias, else name; lower case)."""
+    """The plan's tables of the database by the name columns use for them (alias, else name; lower case): not its
+    derived tables, nor its common tables, even one named like a table."""
     out = {}
+    common = {c.name.lower() for c in plan.with_}
     for ref in [plan.from_, *(j.table for j in plan.joins)]:
+        if ref.query is not None or ref.table.lower() in common:
+            continue
         info = lookup(ref.table)
         if info is not None:
             out[ref.name_in_scope.lower()] = info

@@ -474,17 +474,61 @@ def test_the_sql_format_reads_the_models_statement_into_a_validated_plan(project
     assert model.fake.calls("PlanModel") == 0
 
 
+#: A statement the plan language cannot say (a GLOB pattern), for the refiner's rounds.
+UNSAYABLE = "SELECT Name FROM Genre WHERE Name GLOB 'R*'"
+
+
 def test_the_sql_format_refines_what_the_plan_language_cannot_say(project: Config, model: ModelScript) -> None:
-    question = "List the genre names, and the media type names too."
-    answer_sql(model, "planner", {question: "SELECT Name FROM Genre UNION SELECT Name FROM MediaType"})
-    answer_sql(model, "refiner", {question: "SELECT g.Name AS name FROM Genre g ORDER BY g.Name"})
+    question = "List the genre names that start with R."
+    answer_sql(model, "planner", {question: UNSAYABLE})
+    answer_sql(model, "refiner", {question: "SELECT g.Name AS name FROM Genre g WHERE g.Name LIKE 'R%' ORDER BY g.Name"})
     result = ask(project, question, "viewer", settings=SQL_FORMAT)
     assert result.status == "success", result.errors
     asked = sql_requests(model, "sql_planner")[0]["messages"]
     refiner = sql_requests(model, "sql_refiner")[0]["messages"]
     assert refiner[:len(asked)] == asked  # the planner's conversation goes on: the same prompt, then its statement
-    assert refiner[len(asked)] == {"role": "assistant", "content": "SELECT Name FROM Genre UNION SELECT Name FROM MediaType"}
-    assert "PLAN_UNSUPPORTED: UNION is not supported" in refiner[-1]["content"] and len(refiner) == len(asked) + 2
+    assert refiner[len(asked)] == {"role": "assistant", "content": UNSAYABLE}
+    assert "PLAN_UNSUPPORTED: A GLOB pattern is not supported" in refiner[-1]["content"]
+    assert len(refiner) == len(asked) + 2
+
+
+@pytest.mark.parametrize(("statement", "rows"), [
+    ("SELECT Name FROM Genre UNION SELECT Name FROM MediaType", 30),
+    ("SELECT g.Name FROM Genre g INTERSECT SELECT g2.Name FROM Genre g2 WHERE g2.Name LIKE 'R%'", 4),
+    ("WITH long AS (SELECT t.GenreId FROM Track t WHERE t.Milliseconds > 600000) SELECT g.Name, COUNT(*) AS n "
+     "FROM long l JOIN Genre g ON g.GenreId = l.GenreId GROUP BY g.Name", None),
+    ("SELECT a.Title, x.n FROM (SELECT t.AlbumId, COUNT(*) AS n FROM Track t GROUP BY t.AlbumId) x "
+     "JOIN Album a ON a.AlbumId = x.AlbumId ORDER BY x.n DESC", 347),
+    ("SELECT CAST(AVG(t.Milliseconds) AS INTEGER) AS ms, SUBSTR(MIN(t.Name), 1, 3) AS first FROM Track t", 1),
+    ("SELECT * FROM Genre WHERE GenreId < 4", 3),
+])
+def test_the_sql_format_answers_what_analysts_write(project: Config, model: ModelScript, statement: str,
+                                                     rows: int | None) -> None:
+    question = f"Analysts' constructs: {statement[:60]}"
+    answer_sql(model, "planner", {question: statement})
+    result = ask(project, question, "viewer", settings=SQL_FORMAT)
+    assert result.status == "success", result.errors
+    sq = result.sub_queries[0]
+    assert sq.source == "planner" and not sql_requests(model, "sql_refiner")
+    if rows is not None:
+        assert sq.total_rows == rows
+
+
+@pytest.mark.parametrize("statement", [
+    "SELECT Name FROM Genre UNION SELECT LastName FROM Employee",
+    "WITH staff AS (SELECT LastName FROM Employee) SELECT LastName FROM staff",
+    "SELECT x.LastName FROM (SELECT LastName FROM Employee) x",
+    "SELECT g.Name FROM Genre g CROSS JOIN Employee e",
+    "SELECT g.Name FROM Genre g JOIN Track t ON t.GenreId = g.GenreId AND t.TrackId IN (SELECT EmployeeId FROM Employee)",
+])
+def test_the_sql_format_refuses_a_denied_table_inside_any_construct(project: Config, model: ModelScript,
+                                                                      statement: str) -> None:
+    question = f"Denied inside: {statement[:60]}"
+    answer_sql(model, "planner", {question: statement})
+    result = ask(project, question, "viewer", settings=SQL_FORMAT)
+    assert result.status == "error" and [(e.code, e.message) for e in result.errors] == [
+        ("SECURITY_VIOLATION", GENERIC_REFUSAL)]
+    assert not result.sub_queries or not result.sub_queries[0].sql
 
 
 def test_the_sql_format_refuses_a_denied_table_with_the_generic_sentence(project: Config,
@@ -512,13 +556,13 @@ def test_a_denied_table_and_a_missing_one_read_alike(project: Config, model: Mod
 
 
 def test_the_sql_format_stops_when_the_refiner_repeats_a_statement(project: Config, model: ModelScript) -> None:
-    question = "Show genres and media types together."
-    statement = "SELECT Name FROM Genre UNION SELECT Name FROM MediaType"
+    question = "Show genres that match R*."
+    statement = UNSAYABLE
     answer_sql(model, "planner", {question: statement})
     answer_sql(model, "refiner", {question: statement + ";"})
     result = ask(project, question, "viewer", settings={**SQL_FORMAT, "max_retries": 3})
     assert result.status == "error" and result.errors[0].code == "PLAN_UNSUPPORTED"
-    assert result.errors[0].details == ["UNION"]  # the construct the plan language lacks
+    assert result.errors[0].details == ["A GLOB pattern"]  # the construct the plan language lacks
     assert len(sql_requests(model, "sql_refiner")) == 1 and "REFINER_REPEATED" in [w.code for w in result.warnings]
     # the planner was sampled `planner.resamples` times (3), each with its own seed, and said the same each time
     samples = [r for r in sql_requests(model, "sql_planner") if "seed" in r]
@@ -528,8 +572,8 @@ def test_the_sql_format_stops_when_the_refiner_repeats_a_statement(project: Conf
 
 def test_the_planner_is_sampled_when_the_refiner_repeats_and_its_first_valid_answer_goes_on(
         project: Config, model: ModelScript) -> None:
-    question = "Show genres and media types, all of them."
-    union = "SELECT Name FROM Genre UNION SELECT Name FROM MediaType"
+    question = "Show genres matching R*, all of them."
+    union = UNSAYABLE
     # planner, refiner (repeats), then samples: the same again, one over a table the viewer may not read, a valid one
     model.queue("text", union, union, union, "SELECT LastName FROM Employee", "SELECT g.Name AS genre FROM Genre g")
     result = ask(project, question, "viewer", settings=SQL_FORMAT)
@@ -540,7 +584,7 @@ def test_the_planner_is_sampled_when_the_refiner_repeats_and_its_first_valid_ans
     assert next(w for w in result.warnings if w.code == "PLANNER_RESAMPLED").detail == {"sample": 3}
     # none sampled when resamples is 0: refining stops where the refiner repeats
     model.queue("text", union, union)
-    stopped = ask(project, "Show genres and media types, every one.", "viewer",
+    stopped = ask(project, "Show genres matching R*, every one.", "viewer",
                   settings={**SQL_FORMAT, "planner": PlannerSettings(format="sql", resamples=0)})
     assert stopped.status == "error" and stopped.errors[0].code == "PLAN_UNSUPPORTED"
 

@@ -167,8 +167,15 @@ def generator_plans() -> Iterator[tuple[str, PlanModel]]:
     column = {"kind": "column", "table": "i", "column": "Total"}
     date = {"kind": "column", "table": "i", "column": "InvoiceDate"}
     text = {"kind": "column", "table": "i", "column": "BillingCity"}
-    args = {"round": [column, {"kind": "literal", "value": 2}], "coalesce": [text, {"kind": "literal", "value": "-"}],
-            "nullif": [text, {"kind": "literal", "value": ""}], "concat": [text, text, text]}
+    two = {"kind": "literal", "value": 2}
+    args = {"round": [column, two], "coalesce": [text, {"kind": "literal", "value": "-"}],
+            "nullif": [text, {"kind": "literal", "value": ""}], "concat": [text, text, text],
+            "substr": [text, two, two], "replace": [text, {"kind": "literal", "value": "a"}, text],
+            "instr": [text, {"kind": "literal", "value": "a"}], "power": [column, two], "mod": [column, two],
+            "ceil": [column], "floor": [column], "sqrt": [column], "sign": [column], "date": [date],
+            "datetime": [date], "days_between": [date, {"kind": "literal", "value": "2012-01-01"}],
+            "format_date": [date, {"kind": "literal", "value": "%Y-%m"}], "current_date": [],
+            "current_timestamp": []}
     items: list[tuple[str, dict]] = []
     for name in get_args(m.ScalarFunction):
         items.append((f"function-{name}", {"kind": "function", "name": name, "args": args.get(name, [text])}))
@@ -181,6 +188,8 @@ def generator_plans() -> Iterator[tuple[str, PlanModel]]:
     for part in get_args(m.DatePart):
         for arg in (date, {"kind": "literal", "value": "2010-05-17"}):
             items.append((f"date_part-{part}", {"kind": "date_part", "part": part, "arg": arg}))
+    for to in get_args(m.CastType):
+        items.append((f"cast-{to}", {"kind": "cast", "arg": text, "to": to}))
     for unit in get_args(m.TruncUnit):
         for arg in (date, {"kind": "literal", "value": "2010-05-17"}):
             items.append((f"date_trunc-{unit}", {"kind": "date_trunc", "unit": unit, "arg": arg}))

@@ -10,7 +10,10 @@ of them. `canonical(plan)` rewrites a plan into that one, mirroring the generato
 - nested CONCATs are flattened (`a || b || c` is one concat of three however it was nested);
 - AND / OR of a single condition is that condition (rendered without the connector);
 - COUNT(DISTINCT *) is COUNT(*), a ranking window's `arg` is dropped, OFFSET 0 is no offset: the
-  generator leaves each of them out.
+  generator leaves each of them out;
+- per dialect (`canonical(plan, dialect)`): in SQLite a LIKE ignores case (SQLite's own LIKE does), a cast to
+  numeric is written as REAL, to boolean as INTEGER, to a timestamp as DATETIME() (the datetime function), to a
+  date as DATE(), which is also the day's truncation; elsewhere the date and datetime functions are casts.
 """
 
 from __future__ import annotations
@@ -22,19 +25,22 @@ from nl2sql.plan import model as m
 RANKING = ("row_number", "rank", "dense_rank")
 
 
-def canonical(plan: m.PlanModel) -> m.PlanModel:
-    """A copy of `plan` in the form a round trip through SQL gives back."""
-    plan = _walk(plan.model_copy(deep=True))
+def canonical(plan: m.PlanModel, dialect: str | None = None) -> m.PlanModel:
+    """A copy of `plan` in the form a round trip through SQL (in `dialect`) gives back."""
+    plan = _walk(plan.model_copy(deep=True), dialect)
     return plan
 
 
-def _walk(node: Any) -> Any:
+def _walk(node: Any, dialect: str | None = None) -> Any:
     if isinstance(node, list):
-        return [_walk(item) for item in node]
+        return [_walk(item, dialect) for item in node]
     if not isinstance(node, m.Node):
         return node
     for name in type(node).model_fields:
-        setattr(node, name, _walk(getattr(node, name)))
+        setattr(node, name, _walk(getattr(node, name), dialect))
+    spelled = _as_the_dialect_writes(node, dialect)
+    if spelled is not None:
+        return spelled
     if isinstance(node, m.OrderItem) and node.nulls == "last":
         node.nulls = None
     elif isinstance(node, m.Function) and node.name == "concat":
@@ -79,3 +85,20 @@ def _inline_aliases(plan: m.PlanModel) -> None:
     for item in plan.order_by:
         if not (isinstance(item.expr, m.ColumnRef) and item.expr.table is None):
             item.expr = swap(item.expr)
+
+
+def _as_the_dialect_writes(node: Any, dialect: str | None) -> Any:
+    """The node as the dialect's SQL reads back, where its spelling folds two plans into one; None: unchanged."""
+    if dialect == "sqlite":
+        if isinstance(node, m.Like) and not node.case_insensitive:
+            node.case_insensitive = True
+        elif isinstance(node, m.Cast) and node.to in ("numeric", "boolean"):
+            node.to = "real" if node.to == "numeric" else "integer"
+        elif isinstance(node, m.Cast) and node.to == "timestamp":
+            return m.Function(name="datetime", args=[node.arg])
+        elif (isinstance(node, m.Cast) and node.to == "date") or (isinstance(node, m.Function)
+                                                                  and node.name == "date"):
+            return m.DateTrunc(unit="day", arg=node.arg if isinstance(node, m.Cast) else node.args[0])
+    elif dialect is not None and isinstance(node, m.Function) and node.name in ("date", "datetime"):
+        return m.Cast(arg=node.args[0], to="date" if node.name == "date" else "timestamp")
+    return None

@@ -44,7 +44,7 @@ def test_the_corpus_is_there() -> None:
 def test_round_trip(plan: PlanModel, dialect: str) -> None:
     sql = generate_sql(plan, dialect)
     back = plan_from_sql(sql, dialect)
-    assert back == canonical(plan), f"{dialect}: {sql}"
+    assert back == canonical(plan, dialect), f"{dialect}: {sql}"
     assert generate_sql(back, dialect) == sql
 
 
@@ -167,38 +167,21 @@ def test_like_backslash() -> None:
 # --- what the plan cannot say --------------------------------------------------------------------
 
 UNSUPPORTED = [
-    ("SELECT a FROM t UNION SELECT a FROM u", "UNION is not supported", "write two questions"),
-    ("SELECT a FROM t INTERSECT SELECT a FROM u", "INTERSECT is not supported", "one result set"),
     ("SELECT 1 FROM t; SELECT 2 FROM t", "Several statements (2) are not supported|Several statements", "exactly one SELECT"),
     ("DELETE FROM t", "A DELETE statement is not supported", "single SELECT"),
     ("UPDATE t SET a = 1", "UPDATE statement is not supported", "single SELECT"),
-    ("WITH x AS (SELECT a FROM t) SELECT a FROM x", "WITH (a common table expression) is not supported", "scalar sub-query"),
-    ("SELECT a FROM (SELECT a FROM t) s", "A sub-query in FROM (a derived table) is not supported", "Join the tables directly"),
-    ("SELECT * FROM t", "SELECT * is not supported", "List the columns"),
-    ("SELECT t.* FROM t", "is not supported", "List the columns"),
-    ("SELECT a FROM t JOIN u ON t.a > u.b", "A join condition other than column = column is not supported", "put other conditions in WHERE"),
-    ("SELECT a FROM t JOIN u ON t.a = u.a AND u.b = 1", "A join condition other than column = column", "in WHERE"),
     ("SELECT a FROM t JOIN u USING (a)", "JOIN … USING is not supported", "JOIN b ON b.key = a.key"),
-    ("SELECT a FROM t, u", "A join without ON", "JOIN b ON b.key = a.key"),
-    ("SELECT a FROM t CROSS JOIN u", "A join without ON (a comma between tables, or CROSS JOIN)", "JOIN b ON"),
     ("SELECT a FROM t NATURAL JOIN u", "NATURAL JOIN is not supported", "LEFT JOIN"),
     ("SELECT a FROM t RIGHT JOIN u ON t.a = u.a", "RIGHT JOIN is not supported", "swap the tables"),
     ("SELECT a FROM t FULL OUTER JOIN u ON t.a = u.a", "FULL OUTER JOIN is not supported", "LEFT JOIN"),
-    ("SELECT SUBSTR(a, 1, 2) FROM t", "The function SUBSTRING is not supported", "LIKE 'abc%'"),
-    ("SELECT REPLACE(a, 'x', 'y') FROM t", "The function REPLACE is not supported", "ROUND, COALESCE"),
     ("SELECT MEDIAN(a) FROM t", "is not supported", "COUNT, SUM, AVG, MIN and MAX"),
     ("SELECT GROUP_CONCAT(a) FROM t", "GROUP_CONCAT|GROUPCONCAT", "one row per value"),
-    ("SELECT strftime('%Y-%W', d) FROM t", "The function TIME_TO_STR is not supported", "STRFTIME('%Y-%m-01'"),
-    ("SELECT CAST(a AS TEXT) FROM t", "CAST is not supported", "Leave the cast out"),
     ("SELECT a > 1 FROM t", "A condition used as a value is not supported", "CASE WHEN"),
-    ("SELECT a % 2 FROM t", "is not supported", "+ - * /"),
     ("SELECT LAG(a) OVER (ORDER BY b) FROM t", "The window function LAG is not supported", "ROW_NUMBER, RANK"),
     ("SELECT SUM(a) OVER (ORDER BY b ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) FROM t", "A window frame", "Leave the frame out"),
     ("SELECT a FROM t WHERE a = ANY (SELECT b FROM u)", "ANY / ALL is not supported", "IN (SELECT"),
     ("SELECT a FROM t WHERE a GLOB 'x*'", "A GLOB pattern is not supported", "LIKE"),
     ("SELECT a FROM t WHERE a LIKE 'x!%' ESCAPE '!'", "LIKE … ESCAPE is not supported", "wildcards"),
-    ("SELECT a FROM t WHERE a LIKE '%' || b", "A LIKE pattern that is not a text literal", "one literal"),
-    ("SELECT a FROM t WHERE a", "as a condition is not supported", "x = TRUE"),
     ("SELECT a FROM t WHERE a IS TRUE", "IS TRUE", "= TRUE"),
     ("SELECT a FROM t ORDER BY a IS NULL", "Sorting by x IS [NOT] NULL is not supported", "NULLS FIRST"),
     ("SELECT a FROM t GROUP BY ROLLUP (a)", "GROUP BY ROLLUP is not supported", "List the group keys"),
@@ -206,7 +189,55 @@ UNSUPPORTED = [
     ("SELECT a FROM t LIMIT 10 + 1", "LIMIT with something other than a whole number", "LIMIT 10"),
     ("SELECT 1", "A SELECT without FROM is not supported", "from a table"),
     ("SELECT a FROM t AS x(b)", "Column aliases on a table", "AS t"),
+    ("WITH RECURSIVE x AS (SELECT 1 AS n FROM t UNION ALL SELECT n + 1 FROM x) SELECT n FROM x", "WITH RECURSIVE", "fixed number of times"),
+    ("SELECT a FROM t INTERSECT ALL SELECT a FROM u", "INTERSECT ALL is not supported", "Use INTERSECT"),
+    ("SELECT CAST(a AS BLOB) FROM t", "CAST to BLOB is not supported", "INTEGER, REAL"),
+    ("SELECT TRIM('x' FROM a) FROM t", "TRIM of given characters", "REPLACE"),
+    ("SELECT a FROM (SELECT a FROM t) AS s(b)", "Column aliases on a derived table", "inside the sub-query"),
 ]  # fmt: skip
+
+
+#: Statements analysts write that the plan says, read and written back (SQLite, as a model writes them).
+ROUND_TRIPS = [
+    ("SELECT a FROM t UNION SELECT a FROM u", "SELECT a FROM t UNION SELECT a FROM u"),
+    ("SELECT a FROM t UNION ALL SELECT b FROM u ORDER BY a LIMIT 2",
+     "SELECT a FROM t UNION ALL SELECT b FROM u ORDER BY 1 ASC LIMIT 2"),
+    ("SELECT a FROM t INTERSECT SELECT a FROM u EXCEPT SELECT a FROM v",
+     "SELECT a FROM t INTERSECT SELECT a FROM u EXCEPT SELECT a FROM v"),
+    ("WITH x AS (SELECT a FROM t) SELECT a FROM x", "WITH x AS (SELECT a FROM t) SELECT a FROM x"),
+    ("SELECT s.a FROM (SELECT a FROM t) s", "SELECT s.a FROM (SELECT a FROM t) AS s"),
+    ("SELECT * FROM t", "SELECT * FROM t"),
+    ("SELECT t.* FROM t", "SELECT t.* FROM t"),
+    ("SELECT t.a FROM t JOIN u ON t.a > u.b", "SELECT t.a FROM t INNER JOIN u ON t.a > u.b"),
+    ("SELECT t.a FROM t JOIN u ON t.a = u.a AND u.b = 1", "SELECT t.a FROM t INNER JOIN u ON t.a = u.a AND u.b = 1"),
+    ("SELECT t.a FROM t, u", "SELECT t.a FROM t CROSS JOIN u"),
+    ("SELECT SUBSTR(a, 1, 2), REPLACE(a, 'x', 'y'), LTRIM(a), INSTR(a, 'b') FROM t",
+     "SELECT SUBSTRING(a, 1, 2), REPLACE(a, 'x', 'y'), LTRIM(a), INSTR(a, 'b') FROM t"),
+    ("SELECT strftime('%Y-%W', d) FROM t", "SELECT STRFTIME('%Y-%W', d) FROM t"),
+    ("SELECT CAST(a AS TEXT), CAST(b AS INTEGER) FROM t", "SELECT CAST(a AS TEXT), CAST(b AS INTEGER) FROM t"),
+    ("SELECT a % 2, CEIL(a), POWER(a, 2) FROM t", "SELECT a % 2, CEIL(a), POWER(a, 2) FROM t"),
+    ("SELECT JULIANDAY(b) - JULIANDAY(a) FROM t", "SELECT (JULIANDAY(b) - JULIANDAY(a)) FROM t"),
+    ("SELECT a FROM t WHERE a LIKE '%' || b", "SELECT a FROM t WHERE a LIKE '%' || b"),
+    ("SELECT a FROM t WHERE a", "SELECT a FROM t WHERE a"),
+    ("SELECT a FROM t WHERE flag AND NOT done", "SELECT a FROM t WHERE flag AND NOT (done)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("sql", "written"), ROUND_TRIPS, ids=[c[0][:50] for c in ROUND_TRIPS])
+def test_statements_analysts_write_are_read_and_written_back(sql: str, written: str) -> None:
+    assert generate_sql(plan_from_sql(sql, "sqlite"), "sqlite") == written
+
+
+def test_sqlite_reads_a_double_quoted_name_that_no_column_has_as_a_string() -> None:
+    columns = ["Name", "Country", "Population"]
+    plan = plan_from_sql('SELECT "Name" FROM t WHERE Country = "USA" AND "Population" > 5', "sqlite", columns)
+    assert generate_sql(plan, "sqlite") == "SELECT Name FROM t WHERE Country = 'USA' AND Population > 5"
+    aliased = plan_from_sql('SELECT COUNT(*) AS "n" FROM t ORDER BY "n"', "sqlite", columns)
+    assert generate_sql(aliased, "sqlite") == "SELECT COUNT(*) AS n FROM t ORDER BY n ASC"
+    # other dialects keep the standard rule: a double-quoted name is a name
+    standard = plan_from_sql('SELECT "Name" FROM t WHERE "Country" = "USA"', "postgres", columns)
+    assert generate_sql(standard, "postgres") == 'SELECT "Name" FROM t WHERE "Country" = "USA"'
+
 
 
 @pytest.mark.parametrize(("sql", "construct", "fix"), UNSUPPORTED, ids=[c[0][:50] for c in UNSUPPORTED])

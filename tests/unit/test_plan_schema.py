@@ -44,8 +44,8 @@ def test_plan_schema_passes_both_providers_rules() -> None:
 def test_plan_schema_root_is_the_plan_object() -> None:
     schema = strict_json_schema(PlanModel)
     assert schema["type"] == "object" and schema["additionalProperties"] is False
-    assert set(schema["properties"]) == {"select", "from", "joins", "where", "group_by", "having", "order_by",
-                                         "limit", "offset", "distinct"}
+    assert set(schema["properties"]) == {"with", "select", "from", "joins", "where", "group_by", "having", "order_by",
+                                         "limit", "offset", "distinct", "set_operations"}
     assert sorted(schema["required"]) == sorted(schema["properties"])
     assert "$ref" not in schema and "anyOf" not in schema
 
@@ -54,14 +54,14 @@ def test_plan_schema_recursion_goes_through_defs() -> None:
     schema = strict_json_schema(PlanModel)
     defs = schema["$defs"]
     assert "PlanModel" in defs
-    for name in ("ScalarSubquery", "Exists", "InSubquery"):
+    for name in ("ScalarSubquery", "Exists", "InSubquery", "CommonTable", "SetOperation"):
         assert defs[name]["properties"]["plan"] == {"$ref": "#/$defs/PlanModel"}, name
     # the tagged unions are written once and referenced everywhere
     assert {r["$ref"].rsplit("/", 1)[-1] for r in defs["Expr"]["anyOf"]} == {
-        "Aggregate", "Arithmetic", "Case", "ColumnRef", "DatePartOf", "DateTrunc", "Function", "ScalarSubquery",
-        "Value", "Window"}
+        "Aggregate", "Arithmetic", "Case", "Cast", "ColumnRef", "DatePartOf", "DateTrunc", "Function", "ScalarSubquery",
+        "Star", "Value", "Window"}
     assert {r["$ref"].rsplit("/", 1)[-1] for r in defs["Condition"]["anyOf"]} == {
-        "And", "Between", "Comparison", "Exists", "InList", "InSubquery", "IsNull", "Like", "Not", "Or"}
+        "And", "Between", "Comparison", "Exists", "InList", "InSubquery", "IsNull", "Like", "Not", "Or", "Truth"}
     assert defs["Aggregate"]["properties"]["arg"] == {"anyOf": [{"$ref": "#/$defs/Expr"}, {"type": "null"}]}
     assert defs["Not"]["properties"]["condition"] == {"$ref": "#/$defs/Condition"}
 
