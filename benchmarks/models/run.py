@@ -126,6 +126,8 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--answerability-check", choices=("on", "off"), default=None)
     parser.add_argument("--synthesizer", choices=("on", "off"), default="off", help="Also have the model write the "
                         "answer's prose (not scored by strict; off keeps a local server's prompt cache on the planner).")
+    parser.add_argument("--synthesizer-follows-planner", choices=("on", "off"), default=None,
+                        help="settings.pipeline.synthesizer_follows_planner (with --synthesizer on).")
     parser.add_argument("--systems", default="engine,direct,direct_ddl")
     parser.add_argument("--batch", type=int, default=8, help="Cases per eval run (the output is written after each).")
     parser.add_argument("--project", help="A demo project already indexed (default: a fresh one).")
@@ -137,7 +139,8 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     return {"format": args.format, "examples": args.examples, "examples_from": args.examples_from,
             "answerability_check": args.answerability_check,
             "structured_output": args.structured_output, "timeout_s": args.timeout_s, "max_tokens": args.max_tokens,
-            "run_timeout_s": args.run_timeout_s, "synthesizer": args.synthesizer}
+            "run_timeout_s": args.run_timeout_s, "synthesizer": args.synthesizer,
+            "synthesizer_follows_planner": args.synthesizer_follows_planner}
 
 
 def _llm_section(args: argparse.Namespace) -> dict[str, Any]:
@@ -173,6 +176,8 @@ def _configured(source: Path, target: Path, args: argparse.Namespace) -> Path:
         planner["examples"] = args.examples
     if args.answerability_check:
         pipeline["answerability_check"] = args.answerability_check == "on"
+    if args.synthesizer_follows_planner:
+        pipeline["synthesizer_follows_planner"] = args.synthesizer_follows_planner == "on"
     target = source.parent / f".bench-{target.parent.name}.yaml"  # beside the project: its paths resolve
     target.write_text(yaml.safe_dump(raw, sort_keys=False))
     return target

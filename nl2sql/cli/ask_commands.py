@@ -25,10 +25,15 @@ class LiveDisplay:
 
     def __init__(self) -> None:
         self.streaming = False
+        self._line_open = False  # the streamed answer's last line has no line break yet
         self._lock = threading.Lock()
 
     def __call__(self, event: Event) -> None:
         with self._lock:
+            if event.name == "node.finished" and self._line_open:  # the step's line below the answer, not after it
+                sys.stdout.write("\n")
+                sys.stdout.flush()
+                self._line_open = False
             if event.name == "node.finished":
                 data = event.data
                 mark = "[green]✓[/]" if data["ok"] else "[red]✗[/]"
@@ -42,6 +47,7 @@ class LiveDisplay:
                     self.streaming = True
                 sys.stdout.write(event.data["text"])
                 sys.stdout.flush()
+                self._line_open = not event.data["text"].endswith("\n")
 
 
 def print_result(result: QueryResult, *, streamed: bool) -> None:

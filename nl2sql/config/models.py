@@ -465,6 +465,11 @@ class PipelineSettings(Strict):
     plan_cache: bool = Field(default=True, description="Reuse a plan that ran for the same question, schema and "
                              "scope instead of calling the planner again.")
     planner: PlannerSettings = Field(default_factory=PlannerSettings)
+    synthesizer_follows_planner: bool = Field(
+        default=True, description="When the planner wrote the run's one statement, the answer in words is asked as "
+        "the next turn of the planner's conversation (its instructions, tables and question, then the statement and "
+        "the result): a model server that keeps the last prompt cached reads only the statement and the rows again. "
+        "Off: the answer is asked in a prompt of its own.")
     answerability_check: bool = Field(
         default=True, description="Ask the resolver model which datasources a question needs when routing's "
         "evidence is weak (more than one pick): its answer can only narrow the shortlist, never widen it or refuse "

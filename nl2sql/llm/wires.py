@@ -14,6 +14,7 @@ reading, and a one-slot local server would queue the next call behind it).
 from __future__ import annotations
 
 import json
+import logging
 import random
 import socket
 import threading
@@ -39,6 +40,8 @@ from nl2sql.llm.models import (
     StructuredMode,
     Usage,
 )
+
+log = logging.getLogger("nl2sql.llm")
 
 #: First backoff after a 429 or 5xx, doubled each retry (plus jitter), unless the server sends Retry-After.
 BACKOFF_S = 0.5
@@ -149,6 +152,8 @@ class Wire:
             config.api_key.get_secret_value() if config.api_key else None)
         self.http = http or httpx.Client(timeout=http_timeout(config.timeout_s))
         self.backoff_s = backoff_s
+        #: the structured-output mode a server turned out to take, when `structured_output` is not set
+        self._negotiated: StructuredMode | None = None
 
     # subclasses provide these
     def url(self) -> str:  # pragma: no cover - abstract
@@ -170,7 +175,7 @@ class Wire:
     @property
     def mode(self) -> StructuredMode:
         """How this endpoint is asked for structured output."""
-        return self.config.structured_output or "json_schema"
+        return self.config.structured_output or self._negotiated or "json_schema"
 
     def where(self, node: str) -> str:
         """The model and endpoint, for messages ("The planner model 'x' (llm.models.y) at URL")."""
@@ -200,6 +205,19 @@ class Wire:
         Each request has timeout_s from connecting to its last byte; past it the connection is cut and LLMTimeout
         raised (never retried).
         """
+        try:
+            return self._complete(request, on_delta)
+        except LLMProviderError as exc:
+            if not self._refused_json_schema(request, exc):
+                raise
+        # a server that takes only `json_object` with a schema (llama.cpp's, llama-cpp-python's) refused the
+        # default: ask again in the mode it takes, and keep that mode for this model's next calls
+        self._negotiated = "json_object"
+        log.warning("%s refused response_format json_schema: structured output is asked as json_object from now on "
+                    "(set llm.models.%s.structured_output to say so).", self.where(request.node), self.name)
+        return self._complete(request, on_delta)
+
+    def _complete(self, request: ChatRequest, on_delta: OnDelta | None) -> LLMResponse:
         started = time.perf_counter()
         stream = self.streams(on_delta)
         body = self.body(request, stream=stream)
@@ -221,6 +239,12 @@ class Wire:
         return LLMResponse(text=text, usage=usage, model=self.config.model, provider=self.provider,
                            latency_ms=(time.perf_counter() - started) * 1000,
                            structured_mode=self.mode if request.json_schema else None, raw=raw)
+
+    def _refused_json_schema(self, request: ChatRequest, exc: LLMProviderError) -> bool:
+        """Whether a structured call failed because the server does not take `response_format: json_schema`, in the
+        default mode (a mode set in the configuration is kept as set)."""
+        return (self.provider == "openai" and request.json_schema is not None and self.config.structured_output is None
+                and self._negotiated is None and "response_format" in exc.message and "json_schema" in exc.message)
 
     def _failed_mid_answer(self, node: str, exc: Exception, deadline: Deadline) -> Exception:
         """The error for a failure while reading an answer: a timeout when the deadline cut it, else what went wrong."""

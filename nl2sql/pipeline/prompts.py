@@ -263,9 +263,10 @@ Only when no table given holds what the question asks about (it is not about thi
 {CANNOT_ANSWER_WORDS} instead."""
 
 
-SYNTHESIZER_SYSTEM = """You answer a question in two or three plain sentences from the query result given.
-State the numbers as they appear in the result; never invent values that are not in it.
+_SYNTHESIZER_RULES = """State the numbers as they appear in the result; never invent values that are not in it.
 Mention the data notes when there are any."""
+SYNTHESIZER_SYSTEM = "You answer a question in two or three plain sentences from the query result given.\n" + \
+    _SYNTHESIZER_RULES
 
 
 def datasource_lines(datasources: Sequence[tuple[str, str, Sequence[str]]]) -> str:
@@ -358,11 +359,31 @@ def sql_refiner_messages(asked: Sequence[Message], sql: str | None, errors: Sequ
                     + "\nAnswer with the corrected statement only.")]
 
 
-def synthesizer_messages(question: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], total_rows: int,
-                         notes: Sequence[str]) -> list[Message]:
-    """Messages for the answer: the question, the result's first rows, and data notes."""
+def _result_text(columns: Sequence[str], rows: Sequence[Sequence[Any]], total_rows: int, notes: Sequence[str]) -> str:
+    """A result's first rows as a small table, how many there are in all, and the data notes."""
     table = "\n".join([" | ".join(columns)] + [" | ".join("" if v is None else str(v) for v in r) for r in rows])
     more = f"\n({total_rows} rows in all; the first {len(rows)} shown)" if total_rows > len(rows) else ""
     note_text = ("\nData notes:\n" + "\n".join(f"- {n}" for n in notes)) if notes else ""
+    return f"Result:\n{table}{more}{note_text}"
+
+
+def synthesizer_messages(question: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], total_rows: int,
+                         notes: Sequence[str]) -> list[Message]:
+    """Messages for the answer: the question, the result's first rows, and data notes."""
     return [Message("system", SYNTHESIZER_SYSTEM),
-            Message("user", f"Question: {question}\n\nResult:\n{table}{more}{note_text}")]
+            Message("user", f"Question: {question}\n\n{_result_text(columns, rows, total_rows, notes)}")]
+
+
+#: how the synthesizer's turn begins when it follows the planner's conversation
+SYNTHESIZER_TURN = "That statement ran."
+
+
+def synthesizer_turn(asked: Sequence[Message], sql: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+                     total_rows: int, notes: Sequence[str]) -> list[Message]:
+    """Messages for the answer as the next turn of the planner's conversation (`sql_planner_messages`): its
+    statement, then the result and what to write (the prompt up to the statement is the planner's: a server
+    reuses its cached prefix)."""
+    return [*asked, Message("assistant", sql),
+            Message("user", f"{SYNTHESIZER_TURN}\n{_result_text(columns, rows, total_rows, notes)}\n\n"
+                            "Now answer the question in two or three plain sentences (words, not SQL) from this "
+                            "result.\n" + _SYNTHESIZER_RULES)]

@@ -99,6 +99,10 @@ class QueryResult(BaseModel):
     cost_usd: float | None = None
     llm_calls: int = 0
     duration_ms: float = 0.0
+    time_to_sql_ms: float | None = Field(default=None, description="When the SQL that answered was written (the "
+                                         "run's clock; an approver's wait not counted).")
+    time_to_rows_ms: float | None = Field(default=None, description="When its rows were read.")
+    time_to_answer_ms: float | None = Field(default=None, description="When the answer in words was written.")
 
     @property
     def ok(self) -> bool:

@@ -49,6 +49,11 @@ def _stop(ctx: RunContext, state: RunState, stop: LimitReached) -> None:
     state.end("stopped", RunError(code=stop.code, message=stop.message, node="limits"))
 
 
+#: The moments a person waits for, by the step that reaches them: the SQL written (a verified query's, which no
+#: generator writes, when it runs), the rows read, the answer in words.
+MILESTONES = {"generator": ("sql",), "executor": ("sql", "rows"), "aggregator": ("rows",), "synthesizer": ("answer",)}
+
+
 def invoke_step(step: Step, ctx: RunContext, state: RunState, sq: SubQuery | None = None) -> None:
     """Run one step: node events, the time limit, and its errors recorded on the state (never raised)."""
     if step.is_hook_point:
@@ -86,6 +91,11 @@ def invoke_step(step: Step, ctx: RunContext, state: RunState, sq: SubQuery | Non
         elapsed = (time.perf_counter() - started) * 1000
         timings = sq.timings_ms if sq else state.timings_ms
         timings[step.name] = round(timings.get(step.name, 0.0) + elapsed, 2)
+        if error is None and step.name in MILESTONES:  # the last time wins: a refined plan's rows are the answer's
+            now = round(ctx.trace.elapsed_ms(), 2)
+            for mark in MILESTONES[step.name]:
+                if step.name != "executor" or mark == "rows" or mark not in state.milestones_ms:
+                    state.milestones_ms[mark] = now
         ctx.trace.publish("node.finished", node=step.name, sub_query_id=sub_id, ok=error is None,
                           error_code=error.code if error else None, duration_ms=round(elapsed, 2))
 
@@ -253,7 +263,9 @@ def build_result(ctx: RunContext, state: RunState) -> QueryResult:
                        sub_queries=subs, combined=combined, warnings=state.warnings, errors=state.errors,
                        approvals=state.pending,
                        usage=usage.model_dump(), cost_usd=ctx.llm.cost_usd(), llm_calls=len(ctx.llm.records),
-                       duration_ms=round(ctx.trace.elapsed_ms(), 2))
+                       duration_ms=round(ctx.trace.elapsed_ms(), 2),
+                       time_to_sql_ms=state.milestones_ms.get("sql"), time_to_rows_ms=state.milestones_ms.get("rows"),
+                       time_to_answer_ms=state.milestones_ms.get("answer"))
 
 
 def trace_document(ctx: RunContext, state: RunState, result: QueryResult) -> dict[str, Any]:
@@ -283,6 +295,7 @@ def trace_document(ctx: RunContext, state: RunState, result: QueryResult) -> dic
         "warnings": [w.model_dump() for w in result.warnings], "errors": [e.model_dump() for e in result.errors],
         "events": [e.name for e in ctx.trace.events if e.name != "answer.delta"],
         "usage": result.usage, "cost_usd": result.cost_usd, "duration_ms": result.duration_ms,
+        "milestones_ms": state.milestones_ms,
     }
 
 

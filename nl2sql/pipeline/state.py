@@ -121,6 +121,8 @@ class RunState:
     status: RunStatus | None = None
     limit: dict[str, str] | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
+    #: when the run's SQL, rows and answer were last ready, in ms on the run's clock (`MILESTONES`)
+    milestones_ms: dict[str, float] = field(default_factory=dict)
     prompt_chars: dict[str, int] = field(default_factory=dict)
     approved: set[str] = field(default_factory=set)  # ids of approval requests an approver approved
     pending: list[ApprovalRequest] = field(default_factory=list)  # requests no approver answered in time

@@ -718,6 +718,18 @@ def plain_answer(columns: list[str], rows: list[list[Any]], total: int) -> str:
     return f"{total} rows ({', '.join(columns)}); the first: {head}."
 
 
+def _planner_conversation(ctx: RunContext, state: RunState) -> tuple[list[Message], str] | None:
+    """The planner's messages and the statement it wrote, when the answer may follow them
+    (`settings.pipeline.synthesizer_follows_planner`): the run's one sub-query, planned in the `sql` format in
+    this run, on the question as asked."""
+    if not ctx.config.settings.pipeline.synthesizer_follows_planner or len(state.sub_queries) != 1:
+        return None
+    sq = state.sub_queries[0]
+    if sq.plan_source != "planner" or not sq.planner_messages or not sq.written_sql or sq.question != state.question:
+        return None
+    return sq.planner_messages, sq.written_sql
+
+
 def synthesize(ctx: RunContext, state: RunState) -> None:
     """The answer in words, streamed from the synthesizer model (or a plain summary when none is configured)."""
     if not state.execute:
@@ -733,7 +745,11 @@ def synthesize(ctx: RunContext, state: RunState) -> None:
         state.summary = state.answer.split("\n")[0]
         return
     preview = rows[: ctx.config.settings.pipeline.preview_rows]
-    messages = prompts.synthesizer_messages(state.question, columns, preview, total, notes)
+    asked = _planner_conversation(ctx, state)
+    if asked is not None:
+        messages = prompts.synthesizer_turn(asked[0], asked[1], columns, preview, total, notes)
+    else:
+        messages = prompts.synthesizer_messages(state.question, columns, preview, total, notes)
     state.prompt_chars["synthesizer"] = sum(len(m.content) for m in messages)
     # a hook at answer.after may still deny the answer: then nothing of it is streamed before it decides
     stream = None if ctx.hooks.at("answer.after") else (lambda text: ctx.trace.publish("answer.delta",

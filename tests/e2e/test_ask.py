@@ -492,6 +492,31 @@ def test_the_sql_format_refines_what_the_plan_language_cannot_say(project: Confi
     assert len(refiner) == len(asked) + 2
 
 
+def test_the_answer_follows_the_planners_conversation_so_a_server_reuses_its_prefix(project: Config,
+                                                                                    model: ModelScript) -> None:
+    question = "How many tracks does each media type hold?"
+    statement = ("SELECT m.Name AS media_type, COUNT(*) AS tracks FROM Track t JOIN MediaType m "
+                 "ON m.MediaTypeId = t.MediaTypeId GROUP BY m.Name")
+    answer_sql(model, "planner", {question: statement})
+    model.answers[question] = "MPEG audio files hold the most tracks."
+    result = ask(project, question, "viewer", settings=SQL_FORMAT)
+    assert result.status == "success" and result.answer.content == "MPEG audio files hold the most tracks."
+    planner = sql_requests(model, "sql_planner")[-1]["messages"]
+    synthesizer = sql_requests(model, "synthesizer")[-1]["messages"]
+    assert synthesizer[:len(planner)] == planner  # byte for byte: the planner's prompt is the answer's prefix
+    assert synthesizer[len(planner)] == {"role": "assistant", "content": statement}
+    assert synthesizer[-1]["content"].startswith("That statement ran.\nResult:\nmedia_type | tracks")
+    assert len(synthesizer) == len(planner) + 2
+    assert result.time_to_sql_ms is not None and result.time_to_rows_ms is not None
+    assert result.time_to_sql_ms <= result.time_to_rows_ms <= result.time_to_answer_ms <= result.duration_ms
+
+    answer_sql(model, "planner", {f"{question} (apart)": statement})
+    apart = ask(project, f"{question} (apart)", "viewer", settings={**SQL_FORMAT, "synthesizer_follows_planner": False})
+    assert apart.status == "success"
+    alone = sql_requests(model, "synthesizer")[-1]["messages"]
+    assert alone[0]["content"].startswith("You answer a question") and len(alone) == 2
+
+
 @pytest.mark.parametrize(("statement", "rows"), [
     ("SELECT Name FROM Genre UNION SELECT Name FROM MediaType", 30),
     ("SELECT g.Name FROM Genre g INTERSECT SELECT g2.Name FROM Genre g2 WHERE g2.Name LIKE 'R%'", 4),

@@ -16,7 +16,7 @@ from nl2sql.demo import init_demo
 from nl2sql.evaluation.gold_llm import asked_question
 from nl2sql.llm.fake import FakeAnswer, FakeLLMServer
 from nl2sql.pipeline import Runtime
-from nl2sql.pipeline.prompts import SQL_PLANNER_SYSTEM, SQL_REFINER_TURN
+from nl2sql.pipeline.prompts import SQL_PLANNER_SYSTEM, SQL_REFINER_TURN, SYNTHESIZER_TURN
 from nl2sql.project import load_project
 from tests.support.index import build_demo_index
 
@@ -105,8 +105,11 @@ def asked(body: Mapping[str, Any]) -> str:
 def text_kind(body: Mapping[str, Any]) -> str:
     """Which node a plain-text request is from: `sql_planner`, `sql_refiner` or `synthesizer`."""
     system = next((m["content"] for m in body["messages"] if m["role"] == "system"), "")
+    last = body["messages"][-1]["content"]
     if system.startswith(SQL_PLANNER_SYSTEM.split("{dialect}")[0]) and "SELECT statement" in system.split("\n")[0]:
-        return "sql_refiner" if body["messages"][-1]["content"].startswith(SQL_REFINER_TURN) else "sql_planner"
+        if last.startswith(SYNTHESIZER_TURN):  # the answer, asked as the planner conversation's next turn
+            return "synthesizer"
+        return "sql_refiner" if last.startswith(SQL_REFINER_TURN) else "sql_planner"
     return "synthesizer"
 
 

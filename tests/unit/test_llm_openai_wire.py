@@ -18,6 +18,7 @@ from nl2sql.config.models import LLMConfig
 from nl2sql.llm import (
     LLMClient,
     LLMParseError,
+    LLMProviderError,
     Message,
     Usage,
 )
@@ -147,6 +148,30 @@ def test_json_object_mode_for_llama_cpp(server: FakeLLMServer) -> None:
     assert "json_schema" not in fmt
     assert {k: v for k, v in fmt["schema"].items() if k != "title"} == strict_json_schema(PlanModel)
     assert fmt["schema"]["title"] == "PlanModel"
+
+
+#: What llama-cpp-python's server answers (HTTP 500) to `response_format: json_schema`.
+LLAMA_CPP_REFUSAL = ("1 validation error: {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+                     "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}")
+
+
+def test_a_server_that_refuses_json_schema_is_asked_in_json_object_from_then_on(server: FakeLLMServer) -> None:
+    refused = FakeAnswer(status=500, error=LLAMA_CPP_REFUSAL)
+    server.answer("PlanModel", refused, refused, refused, PLAN, PLAN)  # the 500 is retried before it is read
+    client = make_client(server)  # structured_output not set: json_schema first
+    assert client.structured("planner", MESSAGES, PlanModel) == PlanModel.model_validate(PLAN)
+    assert client.structured("planner", MESSAGES, PlanModel) == PlanModel.model_validate(PLAN)
+    kinds = [body["response_format"]["type"] for body in server.requests]
+    assert kinds == ["json_schema"] * 3 + ["json_object", "json_object"]
+
+
+def test_a_mode_set_in_the_configuration_is_kept_when_refused(server: FakeLLMServer) -> None:
+    refused = FakeAnswer(status=500, error=LLAMA_CPP_REFUSAL)
+    server.answer("PlanModel", refused, refused, refused)
+    client = make_client(server, structured_output="json_schema")
+    with pytest.raises(LLMProviderError, match="response_format"):
+        client.structured("planner", MESSAGES, PlanModel)
+    assert len(server.requests) == 3
 
 
 def test_tools_mode_forces_a_function_call(server: FakeLLMServer) -> None:
