@@ -214,13 +214,13 @@ class Engine:
 
     def ask(self, question: str, *, user: str | None = None, role: str | None = None,
             datasource: str | None = None, execute: bool = True, executor: Executor = "inline",
-            on_event: Callable[[Event], None] | None = None) -> QueryResult:
+            on_event: Callable[[Event], None] | None = None, in_words: bool = True) -> QueryResult:
         """Answer a question for a caller: `inline` runs the steps in this process; `prefect` runs them as the
         `ask` flow (each step a task run, visible in the Prefect UI). `on_event` hears the run's events as they
         happen. A refusal, an unanswerable question or a failed statement is a result with its status, not an
-        exception."""
+        exception. `in_words` off: no answer in words from the synthesizer model, a plain summary of the rows."""
         return self._ask(question, user=user, role=role, datasource=datasource, execute=execute, executor=executor,
-                         listener=on_event)
+                         listener=on_event, in_words=in_words)
 
     def stream(self, question: str, *, user: str | None = None, role: str | None = None,
                datasource: str | None = None, execute: bool = True, executor: Executor = "inline") -> AnswerStream:
@@ -231,18 +231,18 @@ class Engine:
                             STREAMED)
 
     def _ask(self, question: str, *, user: str | None, role: str | None, datasource: str | None, execute: bool,
-             executor: Executor, listener: Callable[[Event], None] | None = None) -> QueryResult:
+             executor: Executor, listener: Callable[[Event], None] | None = None, in_words: bool = True) -> QueryResult:
         acting = self.role_of(user, role)
         if datasource is not None:
             self.config.datasource(datasource)
         if executor == "inline":
-            return self._ask_inline(question, acting, user, datasource, execute, listener)
+            return self._ask_inline(question, acting, user, datasource, execute, listener, in_words)
         if executor == "prefect":
-            return self._ask_prefect(question, acting, user, datasource, execute, listener)
+            return self._ask_prefect(question, acting, user, datasource, execute, listener, in_words)
         raise UnknownNameError("executor", str(executor), ["inline", "prefect"])
 
     def _ask_inline(self, question: str, role: str, user: str | None, datasource: str | None, execute: bool,
-                    listener: Callable[[Event], None] | None) -> QueryResult:
+                    listener: Callable[[Event], None] | None, in_words: bool = True) -> QueryResult:
         from nl2sql.pipeline import ask_inline
 
         runtime = self.runtime
@@ -252,13 +252,13 @@ class Engine:
             runtime.listeners.append(own)
         try:
             return ask_inline(runtime, question, roles=[role], user_id=user, datasource_id=datasource,
-                              execute=execute, trace_id=trace_id)
+                              execute=execute, in_words=in_words, trace_id=trace_id)
         finally:
             if own is not None:
                 runtime.listeners.remove(own)
 
     def _ask_prefect(self, question: str, role: str, user: str | None, datasource: str | None, execute: bool,
-                     listener: Callable[[Event], None] | None) -> QueryResult:
+                     listener: Callable[[Event], None] | None, in_words: bool = True) -> QueryResult:
         from nl2sql.prefect_env import prepare_prefect_env
 
         prepare_prefect_env(self.config.state_dir)
@@ -270,7 +270,7 @@ class Engine:
             ASK_LISTENERS.append(own)
         try:
             return ask_here(question, role=role, user_id=user, datasource_id=datasource, execute=execute,
-                            config=str(self.config.path))
+                            in_words=in_words, config=str(self.config.path))
         finally:
             if own is not None:
                 ASK_LISTENERS.remove(own)

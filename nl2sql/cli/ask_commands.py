@@ -93,6 +93,9 @@ def ask_command(
     = None,
     datasource: Annotated[str | None, typer.Option("--datasource", "-d", help="Ask this datasource only.")] = None,
     no_execute: Annotated[bool, typer.Option("--no-execute", help="Write the SQL, do not run it.")] = False,
+    no_summary: Annotated[bool, typer.Option("--no-summary", help="No answer in words from the model: the SQL, the "
+                                             "rows and a plain summary of them, without waiting for a sentence.")]
+    = False,
     no_desk: Annotated[bool, typer.Option("--no-desk", help="Ask in this process: hand the question to no desk "
                                           "and start none (for scripts that should leave nothing running).")] = False,
     as_json: JsonOption = False,
@@ -125,7 +128,7 @@ def ask_command(
         config = ctx.obj.config()  # every check of the engine, and Prefect's environment, for a run here
     display = LiveDisplay()
     parameters = {"question": question, "role": role, "user_id": user, "datasource_id": datasource,
-                  "execute": not no_execute}
+                  "execute": not no_execute, "in_words": not no_summary}
     result = hand_over(desk, parameters, None if as_json else display) if desk else None
     if result is None:  # no desk, or it did not answer
         here = config if desk is None else ctx.obj.config()
@@ -173,6 +176,6 @@ def _ask_here(parameters: dict, config: Config, display: LiveDisplay | None) -> 
 
     result = Engine(config).ask(parameters["question"], user=parameters["user_id"], role=parameters["role"],
                                 datasource=parameters["datasource_id"], execute=parameters["execute"],
-                                executor="prefect", on_event=display)
+                                executor="prefect", on_event=display, in_words=parameters["in_words"])
     drain_prefect()
     return result

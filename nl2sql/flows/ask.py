@@ -281,7 +281,7 @@ def wait_for_approvers(ctx: RunContext, state: RunState, requests: list[Approval
 
 @flow(name="ask", flow_run_name=_run_name, log_prints=False)
 def ask(question: str, role: str | None = None, user_id: str | None = None, datasource_id: str | None = None,
-        execute: bool = True, config: str | None = None, artifact: bool = True) -> QueryResult:
+        execute: bool = True, config: str | None = None, artifact: bool = True, in_words: bool = True) -> QueryResult:
     """Answer a question for a role: every step a task run, the SQL and row counts as the run's artifact (the
     answer and rows too with settings.prefect.artifact_rows)."""
     guard_prefect_logs()
@@ -290,7 +290,7 @@ def ask(question: str, role: str | None = None, user_id: str | None = None, data
     role = acting_role(runtime.config.policies, user_id, role)  # with policies.users: the user's own role only
     trace_id = str(flow_run.get_id())
     ctx, state = start_run(runtime, question, roles=[role] if role else [], user_id=user_id,
-                           datasource_id=datasource_id, execute=execute, trace_id=trace_id)
+                           datasource_id=datasource_id, execute=execute, in_words=in_words, trace_id=trace_id)
     pinned = runtime.store.pinned_run(trace_id)
     if pinned is not None:  # resumed after a suspension: the decisions made before it stand
         restore_state(state, pinned)

@@ -200,7 +200,8 @@ def take_over_from_work_pools(names: list[str]) -> None:
             client.delete_deployment(client.read_deployment_by_name(name).id)
 
 
-#: The ask flow's parameters a person fills in the run form; the others (execute, config, artifact) stay internal.
+#: The ask flow's parameters a person fills in the run form; the others (execute, config, artifact, in_words) stay
+#: internal.
 ASK_FORM_FIELDS = ("question", "role", "user_id", "datasource_id")
 
 

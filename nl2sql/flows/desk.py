@@ -37,7 +37,7 @@ log = logging.getLogger("nl2sql.desk")
 #: The desk's address and token, in the project's state folder.
 DESK_FILE = "serve-desk.json"
 #: The parameters of `ask` a handed-over question may set (the project is the desk's).
-ASK_PARAMETERS = ("question", "role", "user_id", "datasource_id", "execute")
+ASK_PARAMETERS = ("question", "role", "user_id", "datasource_id", "execute", "in_words")
 #: Connections the kernel holds for the desk while its thread accepts others: many `nl2sql ask` at once (a
 #: script, a team) must wait their turn, not be reset (socketserver's default is 5).
 LISTEN_BACKLOG = 128

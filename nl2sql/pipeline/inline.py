@@ -24,10 +24,11 @@ def run_parallel(jobs: Sequence[tuple[str, Callable[[], None]]]) -> None:
 
 
 def ask_inline(runtime: Runtime, question: str, *, roles: Sequence[str] = (), user_id: str | None = None,
-               datasource_id: str | None = None, execute: bool = True, trace_id: str | None = None) -> QueryResult:
+               datasource_id: str | None = None, execute: bool = True, in_words: bool = True,
+               trace_id: str | None = None) -> QueryResult:
     """Ask a question in-process: the same steps as the `ask` flow, with no Prefect run."""
     ctx, state = start_run(runtime, question, roles=roles, user_id=user_id, datasource_id=datasource_id,
-                           execute=execute, trace_id=trace_id)
+                           execute=execute, in_words=in_words, trace_id=trace_id)
     try:
         with ctx.trace.entered():
             drive(ctx, state, invoke_step, run_parallel)

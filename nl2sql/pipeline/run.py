@@ -213,7 +213,7 @@ def check_roles(runtime: Runtime, roles: Sequence[str]) -> list[str]:
 
 
 def start_run(runtime: Runtime, question: str, *, roles: Sequence[str], user_id: str | None = None,
-              datasource_id: str | None = None, execute: bool = True,
+              datasource_id: str | None = None, execute: bool = True, in_words: bool = True,
               trace_id: str | None = None) -> tuple[RunContext, RunState]:
     """Open the run's trace and model client, and publish run.started."""
     roles = check_roles(runtime, roles)
@@ -222,7 +222,8 @@ def start_run(runtime: Runtime, question: str, *, roles: Sequence[str], user_id:
     trace = runtime.open_trace(trace_id)
     ctx = RunContext(runtime, trace, runtime.llm_client(trace))
     state = RunState(question=question, roles=list(roles), user_id=user_id, datasource_id=datasource_id,
-                     execute=execute, sanity_checks=runtime.config.settings.pipeline.sanity_checks)
+                     execute=execute, in_words=in_words,
+                     sanity_checks=runtime.config.settings.pipeline.sanity_checks)
     trace.publish("run.started", question=question, user_id=user_id, roles=list(roles), datasource_id=datasource_id,
                   execute=execute)
     return ctx, state

@@ -107,6 +107,7 @@ class RunState:
     user_id: str | None = None
     datasource_id: str | None = None
     execute: bool = True
+    in_words: bool = True  # the answer in words from the synthesizer model (off: a plain summary of the rows)
     sanity_checks: bool = True  # settings.pipeline.sanity_checks
     datasource_ids: list[str] = field(default_factory=list)
     routing: dict[str, Any] | None = None

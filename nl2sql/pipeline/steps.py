@@ -738,7 +738,7 @@ def synthesize(ctx: RunContext, state: RunState) -> None:
         return
     columns, rows, total = shown_result(ctx, state)
     notes = [w.message for w in state.warnings if not w.detail.get("recovered")]
-    if not ctx.llm.configured("synthesizer"):
+    if not state.in_words or not ctx.llm.configured("synthesizer"):
         state.answer = plain_answer(columns, rows, total)
         if notes:
             state.answer += "\n\nData notes:\n" + "\n".join(f"- {n}" for n in notes)

@@ -517,6 +517,19 @@ def test_the_answer_follows_the_planners_conversation_so_a_server_reuses_its_pre
     assert alone[0]["content"].startswith("You answer a question") and len(alone) == 2
 
 
+def test_an_asker_who_wants_no_sentence_gets_the_rows_without_a_synthesizer_call(project: Config,
+                                                                                  model: ModelScript) -> None:
+    question = "How many tracks does each media type hold, rows only?"
+    answer_sql(model, "planner", {question: "SELECT m.Name AS media_type, COUNT(*) AS tracks FROM Track t JOIN "
+                                            "MediaType m ON m.MediaTypeId = t.MediaTypeId GROUP BY m.Name"})
+    before = len(sql_requests(model, "synthesizer"))
+    result = ask(project, question, "viewer", settings=SQL_FORMAT, in_words=False)
+    assert result.status == "success" and result.sub_queries[0].total_rows == 5
+    assert len(sql_requests(model, "synthesizer")) == before  # no model call for the sentence
+    assert result.answer.content.startswith("5 rows (media_type, tracks)")
+    assert result.time_to_rows_ms is not None and result.time_to_answer_ms is not None
+
+
 @pytest.mark.parametrize(("statement", "rows"), [
     ("SELECT Name FROM Genre UNION SELECT Name FROM MediaType", 30),
     ("SELECT g.Name FROM Genre g INTERSECT SELECT g2.Name FROM Genre g2 WHERE g2.Name LIKE 'R%'", 4),
