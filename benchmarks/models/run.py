@@ -126,6 +126,8 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--answerability-check", choices=("on", "off"), default=None)
     parser.add_argument("--synthesizer", choices=("on", "off"), default="off", help="Also have the model write the "
                         "answer's prose (not scored by strict; off keeps a local server's prompt cache on the planner).")
+    parser.add_argument("--examples-chosen", choices=("nearest", "fixed"), default=None,
+                        help="settings.pipeline.planner.examples_chosen.")
     parser.add_argument("--synthesizer-follows-planner", choices=("on", "off"), default=None,
                         help="settings.pipeline.synthesizer_follows_planner (with --synthesizer on).")
     parser.add_argument("--systems", default="engine,direct,direct_ddl")
@@ -140,7 +142,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
             "answerability_check": args.answerability_check,
             "structured_output": args.structured_output, "timeout_s": args.timeout_s, "max_tokens": args.max_tokens,
             "run_timeout_s": args.run_timeout_s, "synthesizer": args.synthesizer,
-            "synthesizer_follows_planner": args.synthesizer_follows_planner}
+            "synthesizer_follows_planner": args.synthesizer_follows_planner, "examples_chosen": args.examples_chosen}
 
 
 def _llm_section(args: argparse.Namespace) -> dict[str, Any]:
@@ -176,6 +178,8 @@ def _configured(source: Path, target: Path, args: argparse.Namespace) -> Path:
         planner["examples"] = args.examples
     if args.answerability_check:
         pipeline["answerability_check"] = args.answerability_check == "on"
+    if args.examples_chosen:
+        planner["examples_chosen"] = args.examples_chosen
     if args.synthesizer_follows_planner:
         pipeline["synthesizer_follows_planner"] = args.synthesizer_follows_planner == "on"
     target = source.parent / f".bench-{target.parent.name}.yaml"  # beside the project: its paths resolve

@@ -439,6 +439,10 @@ class PlannerSettings(Strict):
     examples: int = Field(default=3, ge=0, le=10, description="Worked examples in the planner's prompt: the verified "
                           "queries of the sub-query's datasource the caller may read (those without parameters), "
                           "nearest to the question first, as plans or SQL in the format; 0 shows none.")
+    examples_chosen: Literal["nearest", "fixed"] = Field(
+        default="nearest", description="Which worked examples: 'nearest', those nearest to the question (first); "
+        "'fixed', the first of them in the configuration's order, the same for every question, so the planner's "
+        "prompt up to the question is the same from one question to the next (a model server reuses it).")
     resamples: int = Field(default=3, ge=0, le=10, description="When the refiner gives back a statement (or plan) "
                            "that already failed, the planner is asked again this many times at most, sampled at "
                            "`resample_temperature`, and its first answer that validates goes on; 0: refining stops "

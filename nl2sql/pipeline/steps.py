@@ -351,10 +351,14 @@ def worked_examples(ctx: RunContext, state: RunState, sq: SubQuery) -> list[tupl
     candidates = [q for q in ctx.verified.readable(state.roles, [sq.datasource_id]) if not q.query.parameters]
     if not wanted or not candidates:
         return []
-    vectors = ctx.embed([sq.question] + [q.query.question for q in candidates])
-    nearest = sorted(zip((vectors[1:] @ vectors[0]).tolist(), candidates, strict=True), key=lambda p: -p[0])
+    if ctx.config.settings.pipeline.planner.examples_chosen == "fixed":
+        chosen = candidates  # the configuration's order: the same examples, in the same order, for every question
+    else:
+        vectors = ctx.embed([sq.question] + [q.query.question for q in candidates])
+        chosen = [q for _, q in sorted(zip((vectors[1:] @ vectors[0]).tolist(), candidates, strict=True),
+                                       key=lambda p: -p[0])]
     examples: list[tuple[str, str]] = []
-    for _, curated in nearest:
+    for curated in chosen:
         if _writes_sql(ctx):
             examples.append((curated.query.question, curated.query.sql.strip()))
         else:

@@ -517,6 +517,21 @@ def test_the_answer_follows_the_planners_conversation_so_a_server_reuses_its_pre
     assert alone[0]["content"].startswith("You answer a question") and len(alone) == 2
 
 
+def _examples_shown(messages: list[dict]) -> str:
+    """The worked examples of a `sql`-format planner prompt."""
+    text = messages[1]["content"]
+    return text.split("-- Answered before on this database:", 1)[1].split("-- Using valid", 1)[0]
+
+
+def test_fixed_examples_are_the_same_for_every_question(project: Config, model: ModelScript) -> None:
+    settings = {**SQL_FORMAT, "planner": PlannerSettings(format="sql", examples_chosen="fixed")}
+    for question in ("How many albums are there, counted once?", "Which customers spent the most on invoices?"):
+        answer_sql(model, "planner", {question: "SELECT COUNT(*) AS albums FROM Album"})
+        ask(project, question, "analyst", settings=settings)
+    first, second = (_examples_shown(r["messages"]) for r in sql_requests(model, "sql_planner")[-2:])
+    assert first == second and "-- Question:" in first  # the same examples in the same order
+
+
 def test_an_asker_who_wants_no_sentence_gets_the_rows_without_a_synthesizer_call(project: Config,
                                                                                   model: ModelScript) -> None:
     question = "How many tracks does each media type hold, rows only?"
