@@ -13,11 +13,16 @@ when it is opened, so a project written by an older version is fixed on its next
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("nl2sql.private_files")
+#: The question desk's address and token in the state folder: written by the desk (`nl2sql serve`'s, or a
+#: background one), read by `nl2sql ask`.
+DESK_FILE = "serve-desk.json"
 
 FOLDER_MODE = 0o700
 FILE_MODE = 0o600
@@ -52,3 +57,14 @@ def private_file(path: Path) -> Path:
         if each.exists():
             _tighten(each, FILE_MODE)
     return path
+
+
+def read_desk_file(state_dir: Path) -> dict[str, Any] | None:
+    """The question desk file's content while its process lives; None with no file, an unreadable one, or its
+    process gone."""
+    try:
+        found = json.loads((state_dir / DESK_FILE).read_text())
+        os.kill(int(found["pid"]), 0)
+        return found
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

@@ -20,13 +20,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nl2sql.errors import HandedOverError
+from nl2sql.private_files import DESK_FILE, read_desk_file  # noqa: F401  (DESK_FILE: re-exported with find_desk)
 
 if TYPE_CHECKING:
     from nl2sql.events import Event
     from nl2sql.pipeline.result import QueryResult
 
-#: The file `nl2sql serve` writes in the state folder (flows/desk.py; not imported here: it imports Prefect).
-DESK_FILE = "serve-desk.json"
 #: The waits before each try again of a desk that reset or refused the connection (then: ask here).
 RETRY_WAITS_S = (0.1, 0.4)
 #: Connection failures before the desk answered that are worth another try (it may be busy or restarting).
@@ -53,13 +52,13 @@ class Desk:
 
 def find_desk(state_dir: Path) -> Desk | None:
     """The desk running on this project, or None (no file, or its process is gone)."""
+    found = read_desk_file(state_dir)
     try:
-        found = json.loads((state_dir / DESK_FILE).read_text())
-        os.kill(int(found["pid"]), 0)
-        return Desk(port=int(found["port"]), token=str(found["token"]), pid=int(found["pid"]),
-                    kind=str(found.get("kind", "serve")), prefect_api_url=str(found.get("prefect_api_url", "")),
-                    started=float(found.get("started", 0.0)))
-    except (OSError, ValueError, KeyError, TypeError):
+        return None if found is None else Desk(
+            port=int(found["port"]), token=str(found["token"]), pid=int(found["pid"]),
+            kind=str(found.get("kind", "serve")), prefect_api_url=str(found.get("prefect_api_url", "")),
+            started=float(found.get("started", 0.0)))
+    except (ValueError, KeyError, TypeError):
         return None
 
 

@@ -30,12 +30,10 @@ from nl2sql.events import Event
 from nl2sql.flows.ask import ASK_LISTENERS, ask_here, runtime_for
 from nl2sql.index.embed import shared_embedder
 from nl2sql.policies.users import same_secret
-from nl2sql.private_files import private_folder
+from nl2sql.private_files import DESK_FILE, private_folder, read_desk_file
 
 log = logging.getLogger("nl2sql.desk")
 
-#: The desk's address and token, in the project's state folder.
-DESK_FILE = "serve-desk.json"
 #: The parameters of `ask` a handed-over question may set (the project is the desk's).
 ASK_PARAMETERS = ("question", "role", "user_id", "datasource_id", "execute", "in_words")
 #: Connections the kernel holds for the desk while its thread accepts others: many `nl2sql ask` at once (a
@@ -118,7 +116,7 @@ class QuestionDesk:
         replaced: int | None = None
         with open(self.file.with_suffix(".lock"), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            there = read_desk_file(self.file)
+            there = read_desk_file(self.file.parent)
             if there is not None and there["pid"] != os.getpid():
                 if self.kind == "background":
                     return False
@@ -136,7 +134,7 @@ class QuestionDesk:
 
     def is_the_desk(self) -> bool:
         """Whether the desk file still names this desk (`nl2sql serve` takes a background desk's place)."""
-        there = read_desk_file(self.file)
+        there = read_desk_file(self.file.parent)
         return there is not None and there["pid"] == os.getpid() and there.get("port") == self.server.server_address[1]
 
     def idle_for(self) -> float:
@@ -225,16 +223,6 @@ class QuestionDesk:
                 return
             if not isinstance(item, Event):
                 return
-
-
-def read_desk_file(file: Path) -> dict[str, Any] | None:
-    """The desk file's content when its process is alive, else None."""
-    try:
-        found = json.loads(file.read_text())
-        os.kill(int(found["pid"]), 0)
-        return found
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 def stop_process(pid: int, wait_s: float = 10.0) -> bool:

@@ -15,7 +15,6 @@ would fold), and portable date operations come from per-dialect templates parsed
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from functools import cache
@@ -230,10 +229,8 @@ class SQLGenerator:
         if plan.order_by:
             ordered = [self.ordered(o) for o in plan.order_by]
             if compound:
-                selected = {json.dumps(item.expr.model_dump(mode="json"), sort_keys=True): i + 1
-                            for i, item in reversed(list(enumerate(plan.select)))}
                 for item, key in zip(ordered, plan.order_by, strict=True):
-                    position = selected.get(json.dumps(key.expr.model_dump(mode="json"), sort_keys=True))
+                    position = next((i + 1 for i, selected in enumerate(plan.select) if selected.expr == key.expr), None)
                     if position is not None:
                         item.set("this", exp.Literal.number(position))
             else:

@@ -110,12 +110,7 @@ class VisibleNames:
 
     def common_table(self, name: str) -> TableInfo | None:
         """The common table of that name visible here (the nearest WITH first), or None."""
-        frame: VisibleNames | None = self
-        while frame is not None:
-            if name.lower() in frame.common:
-                return frame.common[name.lower()]
-            frame = frame.parent
-        return None
+        return self.all_common().get(name.lower())
 
     def all_common(self) -> dict[str, TableInfo]:
         """Every common table visible here, the nearest WITH's first."""
@@ -1000,14 +995,9 @@ class PlanValidator:
             return False
         text_side = "left" if category(left) == "text" else "right"
         number_side = "right" if text_side == "left" else "left"
-        number = getattr(node, number_side)
-        if isinstance(number, m.Value) and isinstance(number.value, int | float) and not isinstance(number.value, bool):
-            written = repr(number.value)
-            number.value = str(number.value)
-            self.repairs.append(PlanIssue("COMPARED_AS_SQLITE", f"{_describe_node(getattr(node, text_side))} is text: "
-                                          f"{written} compared as the text '{number.value}', as SQLite does.", path))
+        number, text = getattr(node, number_side), getattr(node, text_side)
+        if self._number_as_text(number, text, path):
             return True
-        text = getattr(node, text_side)
         if isinstance(text, m.Value):
             return False  # a literal text against a number: the usual rule says how to write it
         if isinstance(text, m.ColumnRef) and isinstance(number, m.ColumnRef) \
@@ -1016,6 +1006,18 @@ class PlanValidator:
         setattr(node, text_side, m.Cast(arg=text, to="numeric"))
         self.repairs.append(PlanIssue("COMPARED_AS_SQLITE", f"{_describe_node(text)} is text: read as a number to "
                                       f"compare with {_describe_node(number)}, as SQLite does.", path))
+        return True
+
+    def _number_as_text(self, number: m.ExprNode, text: m.ExprNode, path: str) -> bool:
+        """A number literal beside text, written as the text SQLite compares it as (its text affinity); True when
+        it was one (a repair)."""
+        if not (isinstance(number, m.Value) and isinstance(number.value, int | float)
+                and not isinstance(number.value, bool)):
+            return False
+        written = repr(number.value)
+        number.value = str(number.value)
+        self.repairs.append(PlanIssue("COMPARED_AS_SQLITE", f"{_describe_node(text)} is text: {written} compared as "
+                                      f"the text '{number.value}', as SQLite does.", path))
         return True
 
     def _comparable(self, left: m.ExprNode, left_dtype: Dtype | None, right: m.ExprNode, right_dtype: Dtype | None,
@@ -1027,13 +1029,9 @@ class PlanValidator:
         if "other" in kinds or len(kinds) == 1:
             return
         if sqlglot_dialect(self.snapshot.dialect) == "sqlite" and kinds == {"text", "number"}:
-            for node, other in ((left, right_dtype), (right, left_dtype)):
-                if isinstance(node, m.Value) and isinstance(node.value, int | float) \
-                        and not isinstance(node.value, bool) and category(other) == "text":
-                    node.value = str(node.value)  # SQLite applies the text column's affinity to the number
-                    self.repairs.append(PlanIssue("COMPARED_AS_SQLITE", f"{node.value} compared as text beside "
-                                                  "a text column, as SQLite does.", path))
-                    return
+            number, text = (left, right) if category(left_dtype) == "number" else (right, left)
+            if self._number_as_text(number, text, path):
+                return
         sides = ((left, left_dtype), (right, right_dtype))
         for (node, _), (_, other) in (sides, sides[::-1]):
             if isinstance(node, m.Value) and isinstance(node.value, str) and category(other) != "text":
