@@ -16,9 +16,16 @@ also parse retries, refiner rounds and repairs (the eval report's records). The 
 benchmarks/models/<name>.json with the commit and the settings.
 
     .venv/bin/python benchmarks/models/run.py --base-url http://127.0.0.1:8765/v1 --model qwen2.5-coder-1.5b \
-        [--suite suites/chinook.yaml] [--role analyst] [--case ID ...] [--tag TAG ...] [--limit N] \
-        [--format plan|sql] [--examples N] [--answerability-check on|off] [--systems engine,direct,direct_ddl]
-        [--name NAME]
+        [--suite suites/chinook.yaml | --spider N [--seed S]] [--role analyst] [--case ID ...] [--tag TAG ...] \
+        [--limit N] [--format plan|sql] [--examples N] [--answerability-check on|off] [--synthesizer on|off] \
+        [--systems engine,direct,direct_ddl] [--server-log PATH] [--engine-checkout DIR] [--name NAME]
+
+Latency per question is the time to the answer; with the engine's records, also the time to its rows (the SQL
+ran) as `rows_p50_s`/`rows_p95_s`. With `--server-log` (a verbose llama-cpp-python server's log), the prompt
+tokens each question made the server read and those it reused from its cache, the mean taken after the first
+question on each datasource. `--spider N` runs Spider 1.0 dev (benchmarks/models/spider.py: a dev set, never a
+test set). `--engine-checkout DIR` runs the engine of another checkout (e.g. a `git worktree` at the commit before
+a change) on the same machine, for a before/after pair.
 
 Nothing in the tests or CI runs it: it needs a model server (see docs/models.md for the one used here).
 """
@@ -27,6 +34,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import statistics
 import subprocess
 import sys
@@ -47,9 +56,12 @@ from nl2sql.evaluation.suite import EvalCase, load_suite
 from nl2sql.index.service import IndexService
 from nl2sql.llm.client import LLMClient
 from nl2sql.llm.models import Message
-from nl2sql.pipeline.prompts import CANNOT_ANSWER_WORDS, sql_answer, sql_planner_messages
+from nl2sql.pipeline.prompts import CANNOT_ANSWER_WORDS, planner_messages, shared_prefix, sql_answer
 from nl2sql.policies import scope
 from nl2sql.project import load_project
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from spider import spider_project, spider_suite  # beside this script
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -62,17 +74,29 @@ Answer with the statement only. If no table holds what the question asks about, 
 def main() -> None:
     """Run the systems asked for and write their figures."""
     args = _args()
-    suite_path = (ROOT / args.suite).resolve() if not Path(args.suite).is_absolute() else Path(args.suite)
-    suite = load_suite(suite_path)
-    cases = select_cases(suite, ids=args.case, tags=args.tag, limit=args.limit)
     with tempfile.TemporaryDirectory(prefix="nl2sql-models-") as tmp:
         work = Path(tmp)
-        project = Path(args.project) if args.project else _demo_project(work / "demo")
+        if args.spider:
+            suite_path = spider_suite(work / "spider_suite.yaml", args.spider, args.seed)
+            args.role = "admin"
+        else:
+            suite_path = (ROOT / args.suite).resolve() if not Path(args.suite).is_absolute() else Path(args.suite)
+        suite = load_suite(suite_path)
+        cases = select_cases(suite, ids=args.case, tags=args.tag, limit=args.limit)
+        if args.project:
+            project = Path(args.project)
+        elif args.spider:
+            project = spider_project(work / "spider").parent
+            _cli("-c", str(project / "nl2sql.yaml"), "index", "build", engine=args.engine_checkout)
+        else:
+            project = _demo_project(work / "demo", args.engine_checkout)
         config_path = _configured(project / "nl2sql.yaml", work / "nl2sql.yaml", args)
         llm_path = work / "llm.yaml"
         llm_path.write_text(yaml.safe_dump({"llm": _llm_section(args)}))
-        out: dict[str, Any] = {"commit": _commit(), "model": args.model, "base_url": args.base_url,
-                               "suite": str(suite_path.relative_to(ROOT)), "role": args.role,
+        out: dict[str, Any] = {"commit": _commit(args.engine_checkout), "model": args.model,
+                               "base_url": args.base_url, "role": args.role,
+                               "suite": f"spider dev, {args.spider} drawn with seed {args.seed}" if args.spider
+                               else str(suite_path.relative_to(ROOT)),
                                "cases": [c.id for c in cases], "settings": _settings(args), "systems": {}}
         target = HERE / f"{args.name}.json"
         for system in args.systems.split(","):
@@ -82,8 +106,12 @@ def main() -> None:
             # in batches, the file rewritten after each: a long run stopped early keeps what it measured
             for i in range(0, len(cases), args.batch):
                 batch = cases[i:i + args.batch]
-                records += (_engine(config_path, llm_path, suite_path, batch, args) if system == "engine"
-                            else _direct(config_path, batch, args, ddl=system == "direct_ddl"))
+                log_start = _log_size(args.server_log)
+                done = (_engine(config_path, llm_path, suite_path, batch, args) if system == "engine"
+                        else _direct(config_path, batch, args, ddl=system == "direct_ddl"))
+                if args.server_log:
+                    _prompt_tokens(done, Path(args.server_log), log_start)
+                records += done
                 out["systems"][system] = {"figures": _figures(records, time.monotonic() - started),
                                           "complete": i + args.batch >= len(cases), "records": records}
                 _write(target, out)
@@ -112,8 +140,18 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--timeout-s", type=float, default=240.0, help="One model call's timeout.")
     parser.add_argument("--max-tokens", type=int, default=1536, help="An answer's cap (a plan needs a few hundred "
                         "tokens; the cap ends a decoder that loops before the call's timeout does).")
-    parser.add_argument("--run-timeout-s", type=float, default=600.0, help="One question's (settings.pipeline).")
+    parser.add_argument("--run-timeout-s", type=float, default=None, help="One question's (settings.pipeline."
+                        "timeout_s; default: the project's, 120 s as init writes it).")
     parser.add_argument("--suite", default="suites/chinook.yaml")
+    parser.add_argument("--spider", type=int, default=None, metavar="N", help="Spider 1.0 dev instead of a suite: "
+                        "a project of its 19 databases and N questions drawn across them with --seed "
+                        "(benchmarks/models/spider.py), as admin.")
+    parser.add_argument("--seed", type=int, default=0, help="The Spider draw's seed.")
+    parser.add_argument("--server-log", default=None, help="A llama-cpp-python server's log (verbose, as "
+                        "../shared/tools/local_model.sh writes it): the prompt tokens each call read and reused "
+                        "from the server's cache are counted per question.")
+    parser.add_argument("--engine-checkout", default=None, help="Run the engine's CLI from another checkout of the "
+                        "repository (its nl2sql package first on PYTHONPATH): before and after on the same machine.")
     parser.add_argument("--role", default="analyst", help="The role the cases run as; all: each role a case names.")
     parser.add_argument("--case", action="append")
     parser.add_argument("--tag", action="append")
@@ -124,6 +162,9 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--examples-from", default=None, help="A suite whose cases are the planner's worked examples "
                         "(eval run --examples), e.g. benchmarks/models/dev_questions.yaml; default: none.")
     parser.add_argument("--answerability-check", choices=("on", "off"), default=None)
+    parser.add_argument("--whole-schema-columns", type=int, default=None,
+                        help="settings.retrieval.whole_schema_columns (a schema of at most this many readable "
+                        "columns is sent whole, the same for every question).")
     parser.add_argument("--synthesizer", choices=("on", "off"), default="off", help="Also have the model write the "
                         "answer's prose (not scored by strict; off keeps a local server's prompt cache on the planner).")
     parser.add_argument("--examples-chosen", choices=("nearest", "fixed"), default=None,
@@ -142,7 +183,9 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
             "answerability_check": args.answerability_check,
             "structured_output": args.structured_output, "timeout_s": args.timeout_s, "max_tokens": args.max_tokens,
             "run_timeout_s": args.run_timeout_s, "synthesizer": args.synthesizer,
-            "synthesizer_follows_planner": args.synthesizer_follows_planner, "examples_chosen": args.examples_chosen}
+            "synthesizer_follows_planner": args.synthesizer_follows_planner, "examples_chosen": args.examples_chosen,
+            "whole_schema_columns": args.whole_schema_columns, "spider": args.spider, "seed": args.seed if args.spider else None,
+            "engine_checkout": args.engine_checkout}
 
 
 def _llm_section(args: argparse.Namespace) -> dict[str, Any]:
@@ -159,9 +202,9 @@ def _llm_section(args: argparse.Namespace) -> dict[str, Any]:
     return section
 
 
-def _demo_project(target: Path) -> Path:
-    _cli("init", "--demo", str(target), "--force")
-    _cli("-c", str(target / "nl2sql.yaml"), "index", "build")
+def _demo_project(target: Path, engine: str | None) -> Path:
+    _cli("init", "--demo", str(target), "--force", engine=engine)
+    _cli("-c", str(target / "nl2sql.yaml"), "index", "build", engine=engine)
     return target
 
 
@@ -170,7 +213,8 @@ def _configured(source: Path, target: Path, args: argparse.Namespace) -> Path:
     raw = yaml.safe_load(source.read_text())
     raw.pop("llm", None)
     pipeline = raw.setdefault("settings", {}).setdefault("pipeline", {})
-    pipeline["timeout_s"] = args.run_timeout_s
+    if args.run_timeout_s is not None:
+        pipeline["timeout_s"] = args.run_timeout_s
     planner = pipeline.setdefault("planner", {})
     if args.format:
         planner["format"] = args.format
@@ -182,6 +226,8 @@ def _configured(source: Path, target: Path, args: argparse.Namespace) -> Path:
         planner["examples_chosen"] = args.examples_chosen
     if args.synthesizer_follows_planner:
         pipeline["synthesizer_follows_planner"] = args.synthesizer_follows_planner == "on"
+    if args.whole_schema_columns is not None:
+        raw["settings"].setdefault("retrieval", {})["whole_schema_columns"] = args.whole_schema_columns
     target = source.parent / f".bench-{target.parent.name}.yaml"  # beside the project: its paths resolve
     target.write_text(yaml.safe_dump(raw, sort_keys=False))
     return target
@@ -197,9 +243,10 @@ def _engine(config: Path, llm: Path, suite: Path, cases: list[EvalCase], args: a
         command += ["--case", case.id]
     if args.examples_from:
         command += ["--examples", str((ROOT / args.examples_from).resolve())]
-    _cli(*command, check=False)
+    _cli(*command, check=False, engine=args.engine_checkout)
     report = json.loads(report_path.read_text())
     board = next(iter(report["boards"].values()))
+    datasource = {c.id: c.datasources[0] for c in cases}
     records = []
     for r in board["records"]:
         verdicts = [s["passed"] for n, s in r["scores"].items() if n != "faithfulness" and s["passed"] is not None]
@@ -212,6 +259,8 @@ def _engine(config: Path, llm: Path, suite: Path, cases: list[EvalCase], args: a
                         "latency_s": r["latency_s"], "llm_calls": r.get("llm_calls"),
                         "parse_retries": r.get("parse_retries"), "refiner_rounds": r.get("refiner_rounds"),
                         "repairs": r.get("repairs"), "warnings": r.get("warnings", []), "sql": r.get("sql", []),
+                        "datasource": datasource.get(r["case_id"]), "time_to_sql_s": r.get("time_to_sql_s"),
+                        "time_to_rows_s": r.get("time_to_rows_s"), "tokens": r.get("tokens"),
                         "error": r.get("error")})
     return records
 
@@ -235,7 +284,7 @@ def _direct(config_path: Path, cases: list[EvalCase], args: argparse.Namespace, 
             tables = [t for t in live.snapshot.tables if caller.allows(t.name, t.schema_name)]
             if ddl:
                 schema = index.retrieve_schema(case.question, [role], ds).render_ddl(dialect)
-                messages = sql_planner_messages(case.question, schema, dialect)
+                messages = planner_messages(shared_prefix(ds, "sql", dialect, schema), case.question)
             else:
                 messages = [Message("system", DIRECT_SYSTEM.format(dialect=dialect)),
                             Message("user", f"Tables:\n{_schema_text(tables)}\n\nQuestion: {case.question}")]
@@ -258,7 +307,8 @@ def _direct(config_path: Path, cases: list[EvalCase], args: argparse.Namespace, 
                 rows_match([list(r.values()) for r in gold], rows or [], order_matters=case.order_matters)
                 for gold in case.gold_rows()))
             records.append({"case_id": case.id, "role": role, "passed": passed, "outcome": got, "expected": expected,
-                            "error_code": code, "latency_s": round(time.monotonic() - started, 2),
+                            "error_code": code, "latency_s": round(time.monotonic() - started, 2), "datasource": ds,
+                            "time_to_rows_s": round(time.monotonic() - started, 2) if rows is not None else None,
                             "llm_calls": len(client.records), "sql": [sql] if sql else []})
             print(f"  direct {case.id}: {'pass' if passed else 'fail'} ({got}{', ' + code if code else ''})",
                   flush=True)
@@ -277,6 +327,26 @@ def _schema_text(tables: list) -> str:
     return "\n".join(lines)
 
 
+#: what a verbose llama-cpp-python server logs for each call: the prompt tokens found in its cache, and those read
+PREFIX_MATCH = re.compile(r"Llama\.generate: (\d+) prefix-match hit, remaining (\d+) prompt tokens to eval")
+
+
+def _log_size(path: str | None) -> int:
+    return Path(path).stat().st_size if path and Path(path).exists() else 0
+
+
+def _prompt_tokens(records: list[dict], log: Path, start: int) -> None:
+    """Each record's prompt tokens read and reused, from the server's log lines since `start`, handed out in order
+    by the record's model calls (a batch's calls are sequential)."""
+    with log.open("rb") as handle:
+        handle.seek(start)
+        calls = [(int(hit), int(read)) for hit, read in PREFIX_MATCH.findall(handle.read().decode(errors="replace"))]
+    for record in records:
+        mine, calls = calls[: record.get("llm_calls") or 0], calls[record.get("llm_calls") or 0:]
+        record["prompt_tokens_reused"] = sum(hit for hit, _ in mine)
+        record["prompt_tokens_read"] = sum(read for _, read in mine)
+
+
 def _figures(records: list[dict], wall_s: float) -> dict[str, Any]:
     latencies = sorted(r["latency_s"] for r in records)
     calls = [r["llm_calls"] for r in records if r.get("llm_calls") is not None]
@@ -292,6 +362,20 @@ def _figures(records: list[dict], wall_s: float) -> dict[str, Any]:
                if latencies else None,
                "calls_per_question": round(sum(calls) / len(calls), 2) if calls else None,
                "failures": dict(sorted(failures.items(), key=lambda kv: -kv[1])), "wall_s": round(wall_s, 1)}
+    rows = sorted(r["time_to_rows_s"] for r in records if r.get("time_to_rows_s") is not None)
+    if rows:
+        figures |= {"rows_p50_s": round(statistics.median(rows), 2),
+                    "rows_p95_s": round(rows[min(len(rows) - 1, int(0.95 * len(rows)))], 2)}
+    seen: set[str] = set()
+    later = []  # after the first question on each datasource: what a warm server reads
+    for r in records:
+        if "prompt_tokens_read" in r:
+            if r.get("datasource") in seen:
+                later.append(r)
+            seen.add(r.get("datasource"))
+    if later:
+        figures["prompt_tokens_read_mean"] = round(sum(r["prompt_tokens_read"] for r in later) / len(later), 1)
+        figures["prompt_tokens_reused_mean"] = round(sum(r["prompt_tokens_reused"] for r in later) / len(later), 1)
     if records and "lenient" in records[0]:
         figures["lenient"] = round(sum(r["lenient"] for r in records) / len(records), 4)
     for key in ("parse_retries", "refiner_rounds", "repairs"):
@@ -302,20 +386,25 @@ def _figures(records: list[dict], wall_s: float) -> dict[str, Any]:
 
 
 def _print(system: str, figures: dict[str, Any]) -> None:
+    rows = f"rows p50 {figures['rows_p50_s']} s, p95 {figures['rows_p95_s']} s; " if "rows_p50_s" in figures else ""
+    tokens = (f"prompt tokens per question read {figures['prompt_tokens_read_mean']}, reused "
+              f"{figures['prompt_tokens_reused_mean']}; " if "prompt_tokens_read_mean" in figures else "")
     print(f"{system}: {figures['passed']}/{figures['cases']} strict ({100 * figures['strict']:.1f}%), "
-          f"p50 {figures['latency_p50_s']} s, p95 {figures['latency_p95_s']} s, "
+          f"answer p50 {figures['latency_p50_s']} s, p95 {figures['latency_p95_s']} s; {rows}{tokens}"
           f"{figures['calls_per_question']} calls/question, failures {figures['failures']}", flush=True)
 
 
-def _cli(*args: str, check: bool = True) -> None:
-    done = subprocess.run([str(BIN / "nl2sql"), *args], cwd=ROOT, check=False)
+def _cli(*args: str, check: bool = True, engine: str | None = None) -> None:
+    env = {**os.environ, "PYTHONPATH": str(Path(engine).resolve())} if engine else None
+    done = subprocess.run([str(BIN / "nl2sql"), *args], cwd=ROOT, check=False, env=env)
     if check and done.returncode != 0:
         raise SystemExit(f"nl2sql {' '.join(args)} exited {done.returncode}")
 
 
-def _commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+def _commit(checkout: str | None = None) -> str:
+    where = Path(checkout) if checkout else ROOT
+    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, check=False)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where, capture_output=True,
                            text=True, check=False).stdout.strip()
     return done.stdout.strip() + ("+changes" if dirty else "")
 

@@ -3,8 +3,8 @@ real model pick the right database?
 
 Routes as the engine does (its defaults); where more than one database scores within `routing.close_call` of the
 best (the only questions on which the check can move the first pick), asks the model as the ask flow's resolver
-step asks it: the same prompt (`prompts.resolver_messages`: each shortlisted database's description and its first
-eight retrieved tables), the same shortlist (`answerability_shortlist`), the same rule for what its answer leaves
+step asks it: the same prompt (`prompts.resolver_messages`: the first shortlisted database's shared prefix, its
+tables as CREATE TABLE statements, then each shortlisted database's description and its first eight retrieved tables), the same shortlist (`answerability_shortlist`), the same rule for what its answer leaves
 (`narrowed_picks`). A question with one close call keeps routing's first pick (the check can only keep it there, or
 add a second datasource for the decomposer to split over).
 
@@ -45,7 +45,7 @@ from wide_bed import FROZEN_SEED, SUITE, build_bed, commit, first_right, route_o
 from nl2sql.config.models import LLMConfig, RetrievalSettings, RoutingSettings  # noqa: E402
 from nl2sql.evaluation.suite import load_suite  # noqa: E402
 from nl2sql.index.embed import Embedder  # noqa: E402
-from nl2sql.index.retrieve import Retriever  # noqa: E402
+from nl2sql.index.retrieve import RetrievedSchema, Retriever  # noqa: E402
 from nl2sql.index.route import Routing, backed_by_routing  # noqa: E402
 from nl2sql.index.service import IndexService  # noqa: E402
 from nl2sql.index.store import StateStore  # noqa: E402
@@ -70,10 +70,12 @@ def model_section(args: argparse.Namespace) -> dict[str, Any]:
 
 
 Described = Callable[[str, str], tuple[str, str, list[str]]]
+#: (question, datasource) → its dialect and its tables as CREATE TABLE statements, as the planner is shown them
+TablesOf = Callable[[str, str], tuple[str, str]]
 
 
 def second_stage(question: str, wanted: Sequence[str], routing: Routing, described: Described, client: LLMClient,
-                 settings: RoutingSettings) -> dict[str, Any]:
+                 settings: RoutingSettings, tables_of: TablesOf | None = None) -> dict[str, Any]:
     """One question: routing's picks, and where more than one database is a close call, what the answerability
     check's model chose and what the flow keeps of the picks; top-1 before and after."""
     picks = routing.picks
@@ -84,7 +86,9 @@ def second_stage(question: str, wanted: Sequence[str], routing: Routing, describ
         shortlist = answerability_shortlist(routing, picks, settings.shortlist)
         started = time.monotonic()
         try:
-            answer = client.structured("resolver", prompts.resolver_messages(question, [
+            dialect, tables = tables_of(question, shortlist[0]) if tables_of else ("sqlite", "")
+            prefix = prompts.shared_prefix(shortlist[0], "sql", dialect, tables)
+            answer = client.structured("resolver", prompts.resolver_messages(prefix, question, [
                 described(question, ds) for ds in shortlist]), prompts.answerability_for(tuple(shortlist)))
             chosen = prompts.same_ids(answer.datasource_ids, shortlist) if answer.answerable else []
             record["model_answer"] = answer.model_dump()
@@ -109,13 +113,17 @@ def on_bed(args: argparse.Namespace, client: LLMClient) -> list[dict[str, Any]]:
         descriptions = {db.name: db.description for db in bed}
         retriever = Retriever(store, embedder)
 
+        def schema(question: str, ds: str) -> RetrievedSchema:
+            return retriever.schema_for(question, ds, every_table, table_k=retrieval.table_k,
+                                        planning_k=retrieval.planning_k, wide_table_columns=retrieval.wide_table_columns,
+                                        mmr_lambda=retrieval.mmr_lambda,
+                                        whole_schema_columns=retrieval.whole_schema_columns)
+
         def described(question: str, ds: str) -> tuple[str, str, list[str]]:
-            schema = retriever.schema_for(question, ds, every_table, table_k=retrieval.table_k,
-                                          planning_k=retrieval.planning_k,
-                                          wide_table_columns=retrieval.wide_table_columns,
-                                          mmr_lambda=retrieval.mmr_lambda,
-                                          whole_schema_columns=retrieval.whole_schema_columns)
-            return ds, descriptions[ds], schema.table_names()[:8]
+            return ds, descriptions[ds], schema(question, ds).table_names()[:8]
+
+        def tables_of(question: str, ds: str) -> tuple[str, str]:
+            return "sqlite", schema(question, ds).render_ddl("sqlite")
 
         if args.frozen:
             cases = [(c["id"], c["question"], c["databases"]) for c in yaml.safe_load(SUITE.read_text())["cases"]]
@@ -124,7 +132,8 @@ def on_bed(args: argparse.Namespace, client: LLMClient) -> list[dict[str, Any]]:
         records = []
         for n, (case_id, question, wanted) in enumerate(cases[: args.limit] if args.limit else cases, start=1):
             routing = route_on_bed(retriever, question, ids)
-            records.append({"id": case_id} | second_stage(question, wanted, routing, described, client, settings))
+            records.append({"id": case_id} | second_stage(question, wanted, routing, described, client, settings,
+                                                          tables_of))
             progress(args, n, len(cases), records[-1])
         store.close()
     return records
@@ -144,13 +153,21 @@ def on_suite(args: argparse.Namespace, client: LLMClient) -> list[dict[str, Any]
                         index.retrieve_schema(question, [role], ds).table_names()[:8])
             return described
 
+        def tables_by(role: str) -> TablesOf:
+            def tables_of(question: str, ds: str) -> tuple[str, str]:
+                live = index.live(ds)
+                dialect = live.snapshot.dialect if live is not None and live.snapshot is not None else "sqlite"
+                return dialect, index.retrieve_schema(question, [role], ds).render_ddl(dialect)
+            return tables_of
+
         cases = [c for c in load_suite(args.suite).cases if c.kind == "routing"]
         records = []
         for n, case in enumerate(cases[: args.limit] if args.limit else cases, start=1):
             role = next(iter(case.outcome))
             routing = index.route(case.question, [role])
             records.append({"id": case.id, "role": role} | second_stage(
-                case.question, case.datasources, routing, described_by(role), client, config.settings.routing))
+                case.question, case.datasources, routing, described_by(role), client, config.settings.routing,
+                tables_by(role)))
             progress(args, n, len(cases), records[-1])
     return records
 

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from nl2sql.cli.options import JsonOption, RoleOption, app, console, drain_prefect, err_console, print_table
-from nl2sql.pipeline.words import SOURCE_WORDS, step_words
+from nl2sql.pipeline.words import ROWS_READY, SOURCE_WORDS, step_words
 
 if TYPE_CHECKING:
     from nl2sql.config import Config
@@ -21,10 +21,12 @@ if TYPE_CHECKING:
 
 
 class LiveDisplay:
-    """Prints finished steps (dim) and the streamed answer as events arrive."""
+    """Prints finished steps (dim), the SQL and rows as soon as they exist, and the streamed answer, as events
+    arrive."""
 
     def __init__(self) -> None:
         self.streaming = False
+        self.rows_shown = False  # the SQL and rows were printed before the answer
         self._line_open = False  # the streamed answer's last line has no line break yet
         self._lock = threading.Lock()
 
@@ -41,6 +43,11 @@ class LiveDisplay:
                 err = f" [red]{escape(data['error_code'])}[/]" if data.get("error_code") else ""
                 err_console.print(f"{mark} [dim]{escape(step_words(data['node']) + sub)} "
                                   f"{data['duration_ms']:.0f} ms[/]{err}")
+            elif event.name == ROWS_READY:
+                data = event.data
+                print_statements([(q["datasource_id"], q["source"], q["sql"]) for q in data["sub_queries"]])
+                print_rows(data["columns"], data["rows"], data["total_rows"])
+                self.rows_shown = True
             elif event.name == "answer.delta":
                 if not self.streaming:
                     console.print()
@@ -50,28 +57,39 @@ class LiveDisplay:
                 self._line_open = not event.data["text"].endswith("\n")
 
 
-def print_result(result: QueryResult, *, streamed: bool) -> None:
-    """The answer (unless it streamed), the SQL, and the rows as a table."""
+def print_statements(statements: list[tuple[str, str | None, str]]) -> None:
+    """Each sub-query's SQL: (datasource, source, statement)."""
+    for datasource_id, source, sql in statements:
+        words = SOURCE_WORDS.get(source or "", "generated")
+        console.print(f"\n[dim]{escape(datasource_id)} ({words}):[/] [cyan]{escape(sql)}[/]")
+
+
+def print_rows(columns: list[str], rows: list[list], total: int | None) -> None:
+    """The rows as a table, and how many of how many."""
+    if not columns:
+        return
+    table = Table(*columns)
+    for row in rows:
+        table.add_row(*["" if v is None else escape(str(v)) for v in row])
+    print_table(table)  # in a pipe at its full width: values reach a script whole
+    plural = "row" if (total or len(rows)) == 1 else "rows"
+    shown = f"{len(rows)} of {total} rows" if total and total > len(rows) else f"{len(rows)} {plural}"
+    console.print(f"[dim]{shown}[/]")
+
+
+def print_result(result: QueryResult, *, streamed: bool, rows_shown: bool = False) -> None:
+    """The answer (unless it streamed), the SQL and the rows as a table (unless they were shown before it)."""
     if streamed:
         console.print()
     elif result.answer.content and result.ok:
         console.print()
         console.print(result.answer.content, markup=False)
-    for sq in result.sub_queries:
-        if sq.sql:
-            source = SOURCE_WORDS.get(sq.source or "", "generated")
-            console.print(f"\n[dim]{escape(sq.datasource_id)} ({source}):[/] [cyan]{escape(sq.sql)}[/]")
-    columns, rows = result.columns_and_rows()
-    if columns:
-        table = Table(*columns)
-        for row in rows:
-            table.add_row(*["" if v is None else escape(str(v)) for v in row])
-        print_table(table)  # in a pipe at its full width: values reach a script whole
+    if not rows_shown:
+        print_statements([(sq.datasource_id, sq.source, sq.sql) for sq in result.sub_queries if sq.sql])
+        columns, rows = result.columns_and_rows()
         total = result.combined.total_rows if result.combined else next(
             (sq.total_rows for sq in result.sub_queries if sq.columns), len(rows))
-        plural = "row" if (total or len(rows)) == 1 else "rows"
-        shown = f"{len(rows)} of {total} rows" if total and total > len(rows) else f"{len(rows)} {plural}"
-        console.print(f"[dim]{shown}[/]")
+        print_rows(columns, rows, total)
     for w in result.warnings:
         fixed = " (a corrected query fixed this)" if w.detail.get("recovered") else ""
         console.print(f"[yellow]note[/] [dim]{w.code}[/]: {escape(w.message)}{fixed}")
@@ -100,9 +118,10 @@ def ask_command(
                                           "and start none (for scripts that should leave nothing running).")] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Ask a question: the steps tick by, the answer streams, the rows print as a table (exit 1 if refused/failed).
-    The question runs at the project's question desk (`nl2sql serve`'s, or one the first question starts in the
-    background and that stops after settings.desk.idle_stop_s without a question), warm; else in this process."""
+    """Ask a question: the steps tick by, the SQL and rows print when they exist, the answer streams (exit 1 if
+    refused/failed). The question runs at the project's question desk (`nl2sql serve`'s, or one the first question
+    starts in the background and that stops after settings.desk.idle_stop_s without a question), warm; else in this
+    process."""
     from nl2sql.cli.handover import background_desk_wanted, find_desk, hand_over, serves_this_shell
     from nl2sql.config import config_path, load_config
 
@@ -136,7 +155,7 @@ def ask_command(
     if as_json:
         typer.echo(json.dumps(result.model_dump(mode="json"), default=str, indent=2))
     else:
-        print_result(result, streamed=display.streaming)
+        print_result(result, streamed=display.streaming, rows_shown=display.rows_shown)
     if not result.ok:
         raise typer.Exit(1)
 

@@ -292,6 +292,10 @@ class ModelConfig(Strict):
         default=False, description="Stream every call, not only those that show text as it comes, so a server that "
         "only notices a client gone mid-stream (llama-cpp-python's) stops generating when a call times out."
     )
+    cache_prefix: bool = Field(
+        default=True, description="Anthropic: mark the end of the prefix that a datasource's calls share "
+        "(cache_control), so later calls read it from the cache at the cached rate (writing it costs the cache-write "
+        "rate once per 5 minutes). OpenAI and local servers cache prefixes by themselves.")
 
 
 class PriceConfig(Strict):
@@ -365,6 +369,16 @@ class RoutingSettings(Strict):
     close_call: float = Field(default=0.85, ge=0, le=1, description="A model (the answerability check, the "
                               "decomposer) may send a question to a datasource scoring at least this share of the "
                               "best one; one that scores less does not overrule routing's first pick.")
+    ask_models_above: float = Field(
+        default=0.8, ge=0, le=1, description="The answerability check and the decomposer are asked only when "
+        "routing's second pick scores at least this share of its first, or the question names enough of it "
+        "(`ask_models_named`), or a two-part question's parts went to two datasources; otherwise the question goes "
+        "to the first pick alone, with no model call before the planner. 0: whenever routing picks more than one. "
+        "Measured: benchmarks/routing/model_skips.py (docs/index.md).")
+    ask_models_named: float = Field(
+        default=2.0, ge=0, description="The question names at least this much of the second pick's tables, columns "
+        "and values (routing's lexical evidence: a word naming one is a point) for the models to be asked below "
+        "`ask_models_above`.")
     pairs: bool = Field(default=True, description="A question about two things (\"refunds alongside web sessions\", "
                         "\"compare X with Y\") is also routed in its two parts; when they go clearly to two "
                         "datasources, that pair leads the picks, and a model may send the question to either (see "
@@ -438,11 +452,11 @@ class PlannerSettings(Strict):
         "'plan': the typed plan as JSON (the plan language is shown in the prompt).")
     examples: int = Field(default=3, ge=0, le=10, description="Worked examples in the planner's prompt: the verified "
                           "queries of the sub-query's datasource the caller may read (those without parameters), "
-                          "nearest to the question first, as plans or SQL in the format; 0 shows none.")
+                          "chosen as `examples_chosen` says, as plans or SQL in the format; 0 shows none.")
     examples_chosen: Literal["nearest", "fixed"] = Field(
-        default="nearest", description="Which worked examples: 'nearest', those nearest to the question (first); "
-        "'fixed', the first of them in the configuration's order, the same for every question, so the planner's "
-        "prompt up to the question is the same from one question to the next (a model server reuses it).")
+        default="fixed", description="Which worked examples: 'fixed', the first of them in the configuration's "
+        "order, the same for every question and part of the prefix every call about the datasource shares (a model "
+        "server reads them once, not per question); 'nearest', those nearest to the question, after that prefix.")
     resamples: int = Field(default=3, ge=0, le=10, description="When the refiner gives back a statement (or plan) "
                            "that already failed, the planner is asked again this many times at most, sampled at "
                            "`resample_temperature`, and its first answer that validates goes on; 0: refining stops "
@@ -461,6 +475,9 @@ class PipelineSettings(Strict):
 
     row_limit: int = Field(default=1000, ge=1)
     preview_rows: int = Field(default=20, ge=1)
+    answer_rows: int = Field(default=20, ge=1, description="The rows of a result the answer in words is written "
+                             "from (its prompt shows these and how many there are in all), whatever the result "
+                             "carries (`preview_rows`).")
     statement_timeout_s: float = Field(default=30.0, gt=0)
     timeout_s: float = Field(default=120.0, gt=0)
     max_retries: int = Field(default=2, ge=0)

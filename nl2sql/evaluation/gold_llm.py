@@ -18,12 +18,19 @@ from nl2sql.llm.fake import FakeAnswer, FakeLLMServer
 FIXED_ANSWER = "The answer is in the rows."
 
 
+def message_text(content: Any) -> str:
+    """A message's text: its string, or its text blocks joined (Anthropic's form when a cache mark splits it)."""
+    if isinstance(content, list):
+        return "".join(str(block.get("text", "")) for block in content if isinstance(block, dict))
+    return str(content)
+
+
 def asked_question(body: Mapping[str, Any]) -> str:
     """The question a request is about (the first user message says `Question: …` on a line of its own, after
     any worked example's question)."""
     for message in body.get("messages", []):
         if message.get("role") == "user":
-            found = re.findall(r"^Question: (.*)", str(message.get("content", "")), re.M)
+            found = re.findall(r"^Question: (.*)", message_text(message.get("content", "")), re.M)
             if found:
                 return found[-1].strip()
     return ""

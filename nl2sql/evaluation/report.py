@@ -62,6 +62,9 @@ class CaseRecord:
     warnings: list[str] = field(default_factory=list)
     #: Model calls made (failed ones included).
     llm_calls: int | None = None
+    #: Seconds from the question to the SQL that answered, and to its rows (None: no rows were read).
+    time_to_sql_s: float | None = None
+    time_to_rows_s: float | None = None
 
     @property
     def passed(self) -> bool:

@@ -154,14 +154,21 @@ def record_of(job: EvalJob, run: CaseRun, scores: dict[str, Score]) -> CaseRecor
         outcome=job.case.outcome.get(job.role, "allowed"), status=result.status if result else None,
         scores={name: {"passed": s.passed, "detail": s.detail} for name, s in scores.items()},
         latency_s=round(run.latency_s or 0.0, 4), cost_usd=result.cost_usd if result else None,
-        tokens={"input": usage.get("input_tokens"), "output": usage.get("output_tokens")},
+        tokens={"input": usage.get("input_tokens"), "cached_input": usage.get("cached_input_tokens"),
+                "output": usage.get("output_tokens")},
         sql=[sq.sql for sq in result.sub_queries if sq.sql] if result else [], rows_digest=result_digest(run),
         answer=(result.answer.content or None) if result and result.status == "success" else None, error=run.error,
         error_code=error_code_of(run), error_details=ended.details if ended else [],
         parse_retries=counts.get("parse_retries", 0) if asked else None,
         refiner_rounds=counts.get("refiner_rounds", 0) if asked else None,
         repairs=sum(code.endswith(REPAIR_SUFFIX) for code in warnings) if asked else None, warnings=warnings,
-        llm_calls=(result.llm_calls if result else counts.get("llm_calls", 0)) if asked else None)
+        llm_calls=(result.llm_calls if result else counts.get("llm_calls", 0)) if asked else None,
+        time_to_sql_s=_seconds(result.time_to_sql_ms) if result else None,
+        time_to_rows_s=_seconds(result.time_to_rows_ms) if result else None)
+
+
+def _seconds(ms: float | None) -> float | None:
+    return None if ms is None else round(ms / 1000, 3)
 
 
 #: The trace events an eval counts per run, and under which name.

@@ -42,7 +42,7 @@ from nl2sql.pipeline.result import QueryResult
 from nl2sql.pipeline.run import drive, fail_run, finish_run, start_run
 from nl2sql.pipeline.runtime import RunContext, Runtime
 from nl2sql.pipeline.state import RunState, pin_state, restore_state
-from nl2sql.pipeline.words import SOURCE_WORDS, step_words
+from nl2sql.pipeline.words import ROWS_READY, SOURCE_WORDS, step_words
 from nl2sql.plan.generate import readable_sql
 from nl2sql.policies.users import acting_role
 from nl2sql.project import load_project
@@ -158,6 +158,23 @@ def result_table(result: QueryResult) -> tuple[list[dict[str, Any]], str] | None
         return None
     records = [{c: to_jsonable_python(v, fallback=str) for c, v in zip(columns, row, strict=False)} for row in found]
     return records, f"The first {len(found)} of {_count(total, False)}" if total > len(found) else _count(total, False)
+
+
+def _rows_ready(logger: Any, event: Event, trace_id: str, with_rows: bool, shown: list[str]) -> None:
+    """The SQL in the run's log, and (with settings.prefect.artifact_rows) the rows' table artifact, as soon as the
+    rows exist: a person watching the run sees them before the answer in words is written."""
+    if event.name != ROWS_READY:
+        return
+    data = event.data
+    for sq in data["sub_queries"]:
+        logger.info("SQL on %s: %s", sq["datasource_id"], sq["sql"])
+    logger.info("Rows ready: %s; the answer in words follows.", _count(int(data["total_rows"]), False))
+    if with_rows and data["columns"] and data["rows"]:
+        records = [dict(zip(data["columns"], row, strict=False)) for row in data["rows"]]
+        total, found = int(data["total_rows"]), len(records)
+        create_table_artifact(records, key=artifact_key("rows", trace_id), description=f"The first {found} of "
+                              f"{_count(total, False)}" if total > found else _count(total, False))
+        shown.append(trace_id)
 
 
 def _log_step(logger: Any, event: Event) -> None:
@@ -297,6 +314,10 @@ def ask(question: str, role: str | None = None, user_id: str | None = None, data
     logger = get_run_logger()
     logger.info("Asked by %s as %s: %s", user_id or "(no user)", role or "(default role)", question)
     ctx.trace.follow(lambda event: _log_step(logger, event), names=["node.finished"])
+    with_rows = runtime.config.settings.prefect.artifact_rows
+    shown: list[str] = []  # the rows' table artifact, once made before the answer in words
+    if artifact:
+        ctx.trace.askers.append(lambda event: _rows_ready(logger, event, trace_id, with_rows, shown))
     try:
         with ctx.trace.entered():
             drive(ctx, state, call_step_task, submit_sub_queries, approve=wait_for_approvers)
@@ -308,7 +329,6 @@ def ask(question: str, role: str | None = None, user_id: str | None = None, data
         if isinstance(exc, NL2SQLError) or not isinstance(exc, Exception):
             raise
         raise EngineFault(exc) from exc  # what Prefect keeps as the run's state message names the type only
-    with_rows = runtime.config.settings.prefect.artifact_rows
     logger.info("Finished: %s%s", result.status, f". {result.answer.content}" if with_rows and result.answer.content
                 else "")
     if artifact:
@@ -318,7 +338,7 @@ def ask(question: str, role: str | None = None, user_id: str | None = None, data
                                  key=artifact_key("answer", trace_id),
                                  description="The answer, SQL and rows" if with_rows else "The question's SQL and "
                                  "row counts (rows only with settings.prefect.artifact_rows)")
-        table = result_table(result) if with_rows else None
+        table = result_table(result) if with_rows and not shown else None
         if table is not None and table[0]:
             create_table_artifact(table[0], key=artifact_key("rows", trace_id), description=table[1])
     return result

@@ -19,6 +19,9 @@ class Message:
 
     role: Role
     content: str
+    #: How many characters at the start of `content` belong to the prefix that every call about one datasource
+    #: shares (`pipeline.prompts.SharedPrefix`): a provider that caches on request marks its end.
+    shared: int = 0
 
 
 class Usage(BaseModel):

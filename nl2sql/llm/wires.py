@@ -19,7 +19,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -481,6 +481,8 @@ class AnthropicWire(Wire):
         }
         if system:
             body["system"] = system
+        if self.config.cache_prefix:
+            _mark_shared_prefix(body, request.messages)
         temperature = self.temperature(request)
         if temperature is not None:
             body["temperature"] = temperature
@@ -536,3 +538,26 @@ class AnthropicWire(Wire):
         total = None if plain is None else plain + (read or 0) + (written or 0)
         return Usage(input_tokens=total, cached_input_tokens=read, cache_write_tokens=written,
                      output_tokens=_opt_int(data.get("output_tokens")))
+
+
+#: Anthropic's mark on the last block of a prompt prefix to cache
+CACHE_CONTROL = {"type": "ephemeral"}
+
+
+def _mark_shared_prefix(body: dict[str, Any], messages: Sequence[Message]) -> None:
+    """Put Anthropic's cache mark at the end of the prefix a datasource's calls share (`Message.shared`): on the
+    system text when it is all there is of it, else on the first `shared` characters of the last message holding
+    some, split into a block of their own."""
+    shared = [(i, m) for i, m in enumerate(messages) if m.shared]
+    if not shared:
+        return
+    index, last = shared[-1]
+    if last.role == "system":
+        body["system"] = [{"type": "text", "text": body["system"], "cache_control": CACHE_CONTROL}]
+        return
+    position = sum(1 for m in messages[:index] if m.role != "system")
+    head, tail = last.content[:last.shared], last.content[last.shared:]
+    blocks = [{"type": "text", "text": head, "cache_control": CACHE_CONTROL}]
+    if tail:
+        blocks.append({"type": "text", "text": tail})
+    body["messages"][position]["content"] = blocks

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hmac
+import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from nl2sql.datasources.models import TableInfo
 from nl2sql.engine import Engine
 from nl2sql.errors import GENERIC_REFUSAL, NL2SQLError, SecurityViolation
 from nl2sql.pipeline.result import QueryResult
+from nl2sql.pipeline.words import ROWS_READY
 from nl2sql.policies.users import token_hash
 
 log = logging.getLogger("nl2sql.mcp")
@@ -60,6 +62,14 @@ def shown_message(code: str, message: str, trace_id: str | None) -> str:
     if code in ASKER_CODES:
         return message
     return f"{code} (trace {trace_id})" if trace_id else code
+
+
+def rows_message(data: Mapping[str, Any]) -> dict[str, Any]:
+    """What an `ask` logs to its caller as soon as the rows exist (before the answer in words): each sub-query's
+    SQL, the columns, the first rows and how many there are."""
+    return {"rows_ready": True, "sql": [{"datasource_id": q["datasource_id"], "sql": q["sql"]}
+                                        for q in data["sub_queries"]],
+            "columns": data["columns"], "rows": data["rows"][:PREVIEW_ROWS], "total_rows": data["total_rows"]}
 
 
 def ask_answer(result: QueryResult) -> dict[str, Any]:
@@ -240,7 +250,7 @@ async def _ask(engine: Engine, caller: Caller, question: str, datasource: str | 
     steps: asyncio.Queue[Any] = asyncio.Queue()
 
     def heard(event: Any) -> None:  # on the run's threads: handed to the loop in order
-        if event.name in PROGRESS_EVENTS:
+        if event.name in PROGRESS_EVENTS or event.name == ROWS_READY:
             loop.call_soon_threadsafe(steps.put_nowait, event)
 
     run = loop.run_in_executor(None, functools.partial(engine.ask, question, user=caller.user, role=caller.role,
@@ -249,7 +259,10 @@ async def _ask(engine: Engine, caller: Caller, question: str, datasource: str | 
     done = 0
     while (event := await steps.get()) is not None:
         done += 1
-        if ctx is not None:
+        if ctx is not None and event.name == ROWS_READY:  # the SQL and rows now, the answer in words after
+            await ctx.info(json.dumps(rows_message(event.data), default=str))
+            await ctx.report_progress(done, None, f"rows ready: {event.data['total_rows']}; the answer follows")
+        elif ctx is not None:
             data = event.data
             sub = f" {data['sub_query_id']}" if data.get("sub_query_id") else ""
             await ctx.report_progress(done, None, f"{data['node']}{sub}: {'done' if data['ok'] else 'failed'}")

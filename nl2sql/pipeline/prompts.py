@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cache
 from typing import Annotated, Any, Literal
 
@@ -178,13 +179,21 @@ class PlannerPlan(PlanModel):
 
 
 # --- messages -------------------------------------------------------------------------------------
+#
+# Every call about a datasource begins with the same prefix for it and the caller's scope (`SharedPrefix`): the
+# instructions, the tables the caller may read and the worked examples that do not depend on the question. Each
+# node's own instructions and the question come after it, so a model server that keeps the last prompt cached (a
+# local llama.cpp server) or caches prefixes (hosted models) reads the long part once per datasource, not per call.
 
-RESOLVER_SYSTEM = """You decide which of the databases listed a question needs.
-Most questions need exactly one: list a second only when the question asks for data that only it holds.
+#: What every node's system message adds to the planner's rules: the other tasks of a call about the same data
+OTHER_TASKS = """
+Asked instead which databases a question needs or how to split it, answer in JSON, as asked."""
+
+RESOLVER_RULES = """Most questions need exactly one: list a second only when the question asks for data that only it holds.
 Answer answerable=false when none of them holds the data (or the question is not about data).
 List in datasource_ids only ids from the list, the fewest that together answer the question."""
 
-DECOMPOSER_SYSTEM = """You decide whether a question needs more than one of the databases below, and split it only when it does.
+DECOMPOSER_RULES = """Decide whether the question needs more than one of the databases, and split it only when it does.
 Most questions need one database: then answer one sub-query, on the database whose tables hold what the question
 asks about, with the question as asked.
 Split only when the question asks for data that only a second database holds. Each sub-query is then a question in
@@ -242,13 +251,10 @@ Give each output column a short snake_case alias; return the expected columns wh
 Break ties in ordering on a key column. Use a LIMIT only when the question asks for a number of rows."""
 _PLAN_LANGUAGE = "\n\n" + PLAN_LANGUAGE.replace("{", "{{").replace("}", "}}")
 
-# the refiner's answer has no way out: it fixes the plan it is shown
 PLANNER_SYSTEM = _PLAN_RULES + """
 Only when no table below holds what the question asks about (it is not about this data), add
-"cannot_answer": "the reason" and leave "select" empty; otherwise "cannot_answer" is null.""" + _PLAN_LANGUAGE
-
-REFINER_SYSTEM = _PLAN_RULES + _PLAN_LANGUAGE + """
-Your previous plan failed. Read the errors and return a corrected plan."""
+"cannot_answer": "the reason" and leave "select" empty; otherwise "cannot_answer" is null.""" + OTHER_TASKS + \
+    _PLAN_LANGUAGE
 
 # short: rules about aliases and qualified columns made a small model join tables the question does not need
 _SQL_RULES = """You write one {dialect} SELECT statement that answers the question from the tables given as CREATE TABLE
@@ -262,11 +268,45 @@ SQL_PLANNER_SYSTEM = _SQL_RULES + f"""
 Only when no table given holds what the question asks about (it is not about this data), answer
 {CANNOT_ANSWER_WORDS} instead."""
 
-
 _SYNTHESIZER_RULES = """State the numbers as they appear in the result; never invent values that are not in it.
 Mention the data notes when there are any."""
 SYNTHESIZER_SYSTEM = "You answer a question in two or three plain sentences from the query result given.\n" + \
     _SYNTHESIZER_RULES
+
+#: how a dialect is named to a model
+DIALECT_NAMES = {"sqlite": "SQLite", "duckdb": "DuckDB", "postgresql": "PostgreSQL", "postgres": "PostgreSQL"}
+
+
+@dataclass(frozen=True)
+class SharedPrefix:
+    """The beginning of every call about one datasource for one caller scope: the system message (instructions
+    for every node) and the start of the first user message (the tables, the worked examples that do not depend on
+    the question). Byte-identical from one question and one node to the next: a model server reuses it."""
+
+    datasource_id: str
+    format: Literal["plan", "sql"]
+    dialect: str
+    system: str
+    head: str
+
+    def messages(self, tail: str) -> list[Message]:
+        """The prefix, then what this call asks (after the head, in the same user message)."""
+        return [Message("system", self.system, shared=len(self.system)),
+                Message("user", self.head + tail, shared=len(self.head))]
+
+
+def shared_prefix(datasource_id: str, fmt: Literal["plan", "sql"], dialect: str, tables: str,
+                  examples: Sequence[tuple[str, str]] = ()) -> SharedPrefix:
+    """The prefix of a datasource's calls: `tables` as the planner reads them (CREATE TABLE statements in the `sql`
+    format, `RetrievedSchema.render` in the `plan` format) and `examples`, (question, answer) pairs in the format,
+    the same for every question."""
+    if fmt == "sql":
+        system = SQL_PLANNER_SYSTEM.format(dialect=DIALECT_NAMES.get(dialect, dialect)) + OTHER_TASKS
+        head = f"{tables}\n\n{_sql_examples(examples)}"
+    else:
+        system = PLANNER_SYSTEM.format(dialect=dialect)
+        head = f"Tables:\n{tables}\n\n{_examples(examples, 'Plan')}"
+    return SharedPrefix(datasource_id, fmt, dialect, system, head)
 
 
 def datasource_lines(datasources: Sequence[tuple[str, str, Sequence[str]]]) -> str:
@@ -274,17 +314,27 @@ def datasource_lines(datasources: Sequence[tuple[str, str, Sequence[str]]]) -> s
     return "\n".join(f"- {ds}: {desc.strip()} Tables: {', '.join(tables) or '—'}" for ds, desc, tables in datasources)
 
 
-def resolver_messages(question: str, datasources: Sequence[tuple[str, str, Sequence[str]]]) -> list[Message]:
-    """Messages for the answerability check."""
-    return [Message("system", RESOLVER_SYSTEM),
-            Message("user", f"Databases:\n{datasource_lines(datasources)}\n\nQuestion: {question}")]
+def _not_a_statement(prefix: SharedPrefix) -> str:
+    table_word = "CREATE TABLE statements" if prefix.format == "sql" else "tables"
+    return f"No statement or plan this time. The {table_word} above are those of database {prefix.datasource_id}.\n"
 
 
-def decomposer_messages(question: str, schemas: Sequence[tuple[str, str, str]], max_sub_queries: int) -> list[Message]:
-    """Messages for the decomposer: each datasource's description and retrieved schema."""
-    blocks = "\n\n".join(f"Database {ds}: {desc.strip()}\n{schema}" for ds, desc, schema in schemas)
-    return [Message("system", DECOMPOSER_SYSTEM.format(max_sub_queries=max_sub_queries)),
-            Message("user", f"{blocks}\n\nQuestion: {question}")]
+def resolver_messages(prefix: SharedPrefix, question: str,
+                      datasources: Sequence[tuple[str, str, Sequence[str]]]) -> list[Message]:
+    """Messages for the answerability check: the prefix of routing's first pick, then the shortlist (each
+    datasource's id, description and the tables that matched) and the question."""
+    return prefix.messages(f"{_not_a_statement(prefix)}Which of these databases does the question need?\n"
+                           f"Databases:\n{datasource_lines(datasources)}\n\n{RESOLVER_RULES}\n\nQuestion: {question}")
+
+
+def decomposer_messages(prefix: SharedPrefix, question: str, description: str,
+                        others: Sequence[tuple[str, str, str]], max_sub_queries: int) -> list[Message]:
+    """Messages for the decomposer: the prefix of its first datasource (with its `description`), then each other
+    datasource's description and retrieved schema, and the question."""
+    blocks = "\n\n".join(f"Database {ds}: {desc.strip()}\n{schema}" for ds, desc, schema in others)
+    return prefix.messages(f"{_not_a_statement(prefix)}Database {prefix.datasource_id}: {description.strip()}\n\n"
+                           f"The other databases:\n\n{blocks}\n\n"
+                           f"{DECOMPOSER_RULES.format(max_sub_queries=max_sub_queries)}\n\nQuestion: {question}")
 
 
 def _expected(expected: Sequence[str]) -> str:
@@ -309,54 +359,31 @@ def _sql_examples(examples: Sequence[tuple[str, str]]) -> str:
     return f"-- Answered before on this database:\n{shown}\n\n"
 
 
-def planner_messages(question: str, schema_text: str, dialect: str, expected: Sequence[str] = (),
+def planner_messages(prefix: SharedPrefix, question: str, expected: Sequence[str] = (),
                      examples: Sequence[tuple[str, str]] = ()) -> list[Message]:
-    """Messages for the planner (with worked examples: (question, plan JSON) pairs)."""
-    return [Message("system", PLANNER_SYSTEM.format(dialect=dialect)),
-            Message("user", f"Tables:\n{schema_text}\n\n{_examples(examples, 'Plan')}"
-                            f"Question: {question}{_expected(expected)}")]
+    """Messages for the planner: the prefix, the worked examples chosen for this question (nearest first; those
+    the same for every question are in the prefix), then the question."""
+    if prefix.format == "sql":
+        name = DIALECT_NAMES.get(prefix.dialect, prefix.dialect)
+        return prefix.messages(f"{_sql_examples(examples)}-- Using valid {name}, answer the following question for "
+                               f"the tables provided above.\nQuestion: {question}{_expected(expected)}")
+    return prefix.messages(f"{_examples(examples, 'Plan')}Question: {question}{_expected(expected)}")
 
 
-def refiner_messages(question: str, schema_text: str, dialect: str, plan: dict[str, Any] | None,
-                     errors: Sequence[str], expected: Sequence[str] = ()) -> list[Message]:
-    """Messages for the refiner: the failed plan and its errors."""
-    previous = json.dumps(plan, separators=(",", ":")) if plan is not None else "(none)"
-    return [Message("system", REFINER_SYSTEM.format(dialect=dialect)),
-            Message("user", f"Tables:\n{schema_text}\n\nQuestion: {question}{_expected(expected)}\n\n"
-                            f"Previous plan: {previous}\n\nErrors:\n" + "\n".join(f"- {e}" for e in errors))]
-
-
-#: how a dialect is named to a model
-DIALECT_NAMES = {"sqlite": "SQLite", "duckdb": "DuckDB", "postgresql": "PostgreSQL", "postgres": "PostgreSQL"}
-
-
-def _tables_then_question(schema_ddl: str, dialect: str, question: str, expected: Sequence[str],
-                          examples: Sequence[tuple[str, str]] = ()) -> str:
-    """The `sql` format's user message: the tables as DDL, worked examples, then the question (the form SQL models
-    are trained on)."""
-    return (f"{schema_ddl}\n\n{_sql_examples(examples)}-- Using valid {DIALECT_NAMES.get(dialect, dialect)}, "
-            f"answer the following question for the tables provided above.\nQuestion: {question}{_expected(expected)}")
-
-
-def sql_planner_messages(question: str, schema_ddl: str, dialect: str, expected: Sequence[str] = (),
-                         examples: Sequence[tuple[str, str]] = ()) -> list[Message]:
-    """Messages for the planner in the `sql` format: the tables as CREATE TABLE statements (`render_ddl`), with
-    worked examples as (question, SQL) pairs."""
-    name = DIALECT_NAMES.get(dialect, dialect)
-    return [Message("system", SQL_PLANNER_SYSTEM.format(dialect=name)),
-            Message("user", _tables_then_question(schema_ddl, dialect, question, expected, examples))]
-
-
-#: how the `sql` format's refiner turn begins
+#: how the refiner's turn begins (it continues the planner's conversation)
 SQL_REFINER_TURN = "That statement failed:"
+PLAN_REFINER_TURN = "That plan failed:"
 
 
-def sql_refiner_messages(asked: Sequence[Message], sql: str | None, errors: Sequence[str]) -> list[Message]:
-    """Messages for the refiner in the `sql` format: the planner's conversation (`sql_planner_messages`), its
-    statement, then the errors (the prompt up to the statement is the planner's: a server reuses its cached prefix)."""
-    return [*asked, Message("assistant", sql or "(no statement)"),
-            Message("user", f"{SQL_REFINER_TURN}\n" + "\n".join(f"- {e}" for e in errors)
-                    + "\nAnswer with the corrected statement only.")]
+def refiner_messages(asked: Sequence[Message], written: str | None, errors: Sequence[str], *,
+                     fmt: Literal["plan", "sql"] = "sql") -> list[Message]:
+    """Messages for the refiner: the planner's conversation (`planner_messages`), what it wrote (a statement, or
+    a plan's JSON), then the errors (the prompt up to the answer is the planner's: a server reuses its cache)."""
+    turn, what, none = ((SQL_REFINER_TURN, "statement", "(no statement)") if fmt == "sql"
+                        else (PLAN_REFINER_TURN, "plan", "(no plan)"))
+    return [*asked, Message("assistant", written or none),
+            Message("user", f"{turn}\n" + "\n".join(f"- {e}" for e in errors)
+                    + f"\nAnswer with the corrected {what} only.")]
 
 
 def _result_text(columns: Sequence[str], rows: Sequence[Sequence[Any]], total_rows: int, notes: Sequence[str]) -> str:
@@ -380,7 +407,7 @@ SYNTHESIZER_TURN = "That statement ran."
 
 def synthesizer_turn(asked: Sequence[Message], sql: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
                      total_rows: int, notes: Sequence[str]) -> list[Message]:
-    """Messages for the answer as the next turn of the planner's conversation (`sql_planner_messages`): its
+    """Messages for the answer as the next turn of the planner's conversation (`planner_messages`): its
     statement, then the result and what to write (the prompt up to the statement is the planner's: a server
     reuses its cached prefix)."""
     return [*asked, Message("assistant", sql),

@@ -86,7 +86,7 @@ class Runtime:
             bus.subscribe(self.forward)
         for listener in self.listeners:
             bus.subscribe(listener)
-        return RunTrace(trace_id, bus, timeout_s=self.config.settings.pipeline.timeout_s)
+        return RunTrace(trace_id, bus, timeout_s=self.config.settings.pipeline.timeout_s, askers=self.listeners)
 
     def llm_client(self, trace: RunTrace) -> LLMClient:
         """The run's model client: its budget, with every call and parse retry published on the run's trace."""

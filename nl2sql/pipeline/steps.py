@@ -28,13 +28,14 @@ from nl2sql.errors import (
     SecurityViolation,
 )
 from nl2sql.index.chunks import qualified
-from nl2sql.index.retrieve import LiveIndex
+from nl2sql.index.retrieve import LiveIndex, RetrievedSchema
 from nl2sql.index.route import Routing, backed_by_routing, without_evidence
 from nl2sql.llm.models import LLMParseError, Message
 from nl2sql.pipeline import prompts
 from nl2sql.pipeline.result import RunWarning
 from nl2sql.pipeline.runtime import RunContext
 from nl2sql.pipeline.state import ExpectedColumn, Flagged, RunState, SubQuery
+from nl2sql.pipeline.words import ROWS_READY
 from nl2sql.plan import PlanModel, ValidatedPlan, generate_sql, plan_from_sql, validate_plan
 from nl2sql.plan.join_keys import Dtype, value_dtype
 from nl2sql.plan.readings import read_against_question
@@ -93,7 +94,8 @@ def match_curated(ctx: RunContext, state: RunState) -> None:
 
 def resolve_datasources(ctx: RunContext, state: RunState) -> None:
     """The caller's datasources first (none: refused, no search), then routing's picks; the model's answerability
-    check (`settings.pipeline.answerability_check`) only where routing's evidence is weak, and only to narrow."""
+    check (`settings.pipeline.answerability_check`) only where routing leaves the choice open (`models_needed`),
+    and only to narrow."""
     reachable = _reachable(ctx, state)
     if not reachable:
         ctx.trace.publish("policy.decision", decision="deny", step="resolver", datasource_id=state.datasource_id,
@@ -112,10 +114,31 @@ def resolve_datasources(ctx: RunContext, state: RunState) -> None:
     if without_evidence(routing, ctx.config.settings.routing.min_evidence):
         raise not_answerable(ctx, state, "resolver")
     picks = routing.picks or built[:1]
+    settings = ctx.config.settings.routing
+    if len(picks) > 1 and not models_needed(routing, settings.ask_models_above, settings.ask_models_named):
+        picks = picks[:1]  # routing is sure of its first pick: no answerability check, no decomposer
+        state.routing = {**(state.routing or {}), "models_skipped": True}
     state.datasource_ids = picks
     # one pick: the others fell below the floor, and a model's second opinion only loses answers it would have got
     if len(picks) > 1 and ctx.config.settings.pipeline.answerability_check and ctx.llm.configured("resolver"):
         state.datasource_ids = check_answerability(ctx, state, routing, picks)
+
+
+def models_needed(routing: Routing, share: float, named: float) -> bool:
+    """Whether routing leaves the datasources to a model (the answerability check, the decomposer): it picked more
+    than one, and its second pick scores at least `share` of its first, or the question names at least `named`
+    of the second pick's tables, columns or values (its lexical evidence), or a two-part question's parts went to
+    two datasources (`settings.routing.ask_models_above` and `ask_models_named`; `share` 0: always)."""
+    picks = routing.picks
+    if len(picks) < 2:
+        return False
+    if routing.pair or share <= 0:
+        return True
+    by_id = {c.datasource_id: c for c in routing.candidates}
+    first, second = by_id.get(picks[0]), by_id.get(picks[1])
+    if first is None or second is None or first.score <= 0:
+        return True
+    return second.score >= share * first.score or second.evidence.get("lexical", 0.0) >= named
 
 
 def check_answerability(ctx: RunContext, state: RunState, routing: Routing, picks: list[str]) -> list[str]:
@@ -124,11 +147,12 @@ def check_answerability(ctx: RunContext, state: RunState, routing: Routing, pick
     routing's picks stand when it names none of them or says nothing answers (the planner decides that)."""
     index = ctx.index
     shortlist = answerability_shortlist(routing, picks, ctx.config.settings.routing.shortlist)
-    described = []
+    described, schemas = [], {}
     for ds in shortlist:
-        schema = index.retrieve_schema(state.question, state.roles, ds)
-        described.append((ds, ctx.config.datasource(ds).description, schema.table_names()[:8]))
-    messages = prompts.resolver_messages(state.question, described)
+        schemas[ds] = index.retrieve_schema(state.question, state.roles, ds)
+        described.append((ds, ctx.config.datasource(ds).description, schemas[ds].table_names()[:8]))
+    prefix = shared_prefix(ctx, state, shortlist[0], schemas[shortlist[0]])
+    messages = prompts.resolver_messages(prefix, state.question, described)
     state.prompt_chars["resolver"] = sum(len(m.content) for m in messages)
     try:
         answer = ctx.llm.structured("resolver", messages, prompts.answerability_for(tuple(shortlist)))
@@ -195,9 +219,12 @@ def decompose(ctx: RunContext, state: RunState) -> None:
         return
     index = ctx.index
     limit = ctx.config.settings.routing.max_sub_queries
-    schemas = [(ds, ctx.config.datasource(ds).description, index.retrieve_schema(state.question, state.roles, ds).render())
-               for ds in state.datasource_ids]
-    messages = prompts.decomposer_messages(state.question, schemas, limit)
+    first, *rest = state.datasource_ids
+    prefix = shared_prefix(ctx, state, first, index.retrieve_schema(state.question, state.roles, first))
+    others = [(ds, ctx.config.datasource(ds).description, index.retrieve_schema(state.question, state.roles, ds).render())
+              for ds in rest]
+    messages = prompts.decomposer_messages(prefix, state.question, ctx.config.datasource(first).description, others,
+                                           limit)
     state.prompt_chars["decomposer"] = sum(len(m.content) for m in messages)
     plan = ctx.llm.structured("decomposer", messages, prompts.decomposition_for(tuple(state.datasource_ids)))
     if len(plan.sub_queries) > limit:
@@ -316,45 +343,57 @@ def plan_sub_query(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
         sq.plan, sq.plan_source = PlanModel.model_validate_json(cached), "plan_cache"
         return
     assert sq.retrieved is not None
+    messages = sq.planner_messages = planner_messages(ctx, state, sq)
+    sq.prompt_chars["planner"] = sum(len(m.content) for m in messages)
+    sq.plan_source = "planner"
     if _writes_sql(ctx):
-        messages = sq.planner_messages = sql_planner_messages(ctx, state, sq)
-        sq.prompt_chars["planner"] = sum(len(m.content) for m in messages)
-        sq.plan_source = "planner"
         written = prompts.sql_answer(ctx.llm.text("planner", messages))
         if written.cannot_answer and not written.sql.strip():  # a statement written stands: words are not a verdict
             raise not_answerable(ctx, state, "planner")
         _read_written_sql(ctx, sq, written.sql)
         return
-    messages = prompts.planner_messages(sq.question, sq.retrieved.render(), _dialect(ctx, sq),
-                                        [c.name for c in sq.expected_columns], worked_examples(ctx, state, sq))
-    sq.prompt_chars["planner"] = sum(len(m.content) for m in messages)
     answer = ctx.llm.structured("planner", messages, prompts.PlannerPlan, schema_name="PlanModel",
                                 enums=_table_enum(sq))
     if answer.cannot_answer and not answer.select:  # a plan written stands (a strict schema makes the field required)
         raise not_answerable(ctx, state, "planner")
     sq.plan = PlanModel.model_validate(answer.model_dump(by_alias=True, exclude={"cannot_answer"}))
-    sq.plan_source = "planner"
 
 
-def sql_planner_messages(ctx: RunContext, state: RunState, sq: SubQuery) -> list[Message]:
-    """What the planner is asked in the `sql` format (the refiner and the planner's samples start from it too)."""
+def shared_prefix(ctx: RunContext, state: RunState, datasource_id: str, schema: RetrievedSchema) -> prompts.SharedPrefix:
+    """The beginning of every model call about `datasource_id` for this caller (`prompts.SharedPrefix`): its tables
+    as the planner reads them (`schema`, what retrieval gives the question: the whole readable schema where it fits)
+    and, with `planner.examples_chosen: fixed`, the worked examples."""
+    fmt = ctx.config.settings.pipeline.planner.format
+    dialect = ctx.catalog.get(datasource_id).name
+    tables = schema.render_ddl(dialect) if fmt == "sql" else schema.render()
+    fixed = ctx.config.settings.pipeline.planner.examples_chosen == "fixed"
+    examples = worked_examples(ctx, state, datasource_id) if fixed else []
+    return prompts.shared_prefix(datasource_id, fmt, dialect, tables, examples)
+
+
+def planner_messages(ctx: RunContext, state: RunState, sq: SubQuery) -> list[Message]:
+    """What the planner is asked: the datasource's shared prefix, the worked examples nearest to the question (with
+    `planner.examples_chosen: nearest`), then the question (the refiner and the answer continue from it)."""
     assert sq.retrieved is not None
-    return prompts.sql_planner_messages(sq.question, sq.retrieved.render_ddl(_dialect(ctx, sq)), _dialect(ctx, sq),
-                                        [c.name for c in sq.expected_columns], worked_examples(ctx, state, sq))
+    prefix = shared_prefix(ctx, state, sq.datasource_id, sq.retrieved)
+    nearest = ctx.config.settings.pipeline.planner.examples_chosen == "nearest"
+    examples = worked_examples(ctx, state, sq.datasource_id, sq.question) if nearest else []
+    return prompts.planner_messages(prefix, sq.question, [c.name for c in sq.expected_columns], examples)
 
 
-def worked_examples(ctx: RunContext, state: RunState, sq: SubQuery) -> list[tuple[str, str]]:
-    """(question, answer) pairs for the planner's prompt: the verified queries of the sub-query's datasource that
-    the caller may read and that take no parameters, nearest to the question first, each as the planner must
-    answer (its SQL in the `sql` format, its plan read from that SQL in the `plan` format)."""
+def worked_examples(ctx: RunContext, state: RunState, datasource_id: str,
+                    question: str | None = None) -> list[tuple[str, str]]:
+    """(question, answer) pairs for the planner's prompt: the verified queries of the datasource that the caller
+    may read and that take no parameters, nearest to `question` first (None: in the configuration's order), each as
+    the planner must answer (its SQL in the `sql` format, its plan read from that SQL in the `plan` format)."""
     wanted = ctx.config.settings.pipeline.planner.examples
-    candidates = [q for q in ctx.verified.readable(state.roles, [sq.datasource_id]) if not q.query.parameters]
+    candidates = [q for q in ctx.verified.readable(state.roles, [datasource_id]) if not q.query.parameters]
     if not wanted or not candidates:
         return []
-    if ctx.config.settings.pipeline.planner.examples_chosen == "fixed":
+    if question is None:
         chosen = candidates  # the configuration's order: the same examples, in the same order, for every question
     else:
-        vectors = ctx.embed([sq.question] + [q.query.question for q in candidates])
+        vectors = ctx.embed([question] + [q.query.question for q in candidates])
         chosen = [q for _, q in sorted(zip((vectors[1:] @ vectors[0]).tolist(), candidates, strict=True),
                                        key=lambda p: -p[0])]
     examples: list[tuple[str, str]] = []
@@ -363,7 +402,7 @@ def worked_examples(ctx: RunContext, state: RunState, sq: SubQuery) -> list[tupl
             examples.append((curated.query.question, curated.query.sql.strip()))
         else:
             try:
-                plan = _plan_of_sql(ctx, sq, curated.query.sql)
+                plan = _plan_of_sql(ctx, datasource_id, curated.query.sql)
             except NL2SQLError:  # a verified statement the plan language cannot say teaches nothing here
                 continue
             examples.append((curated.query.question, plan.model_dump_json(by_alias=True)))
@@ -387,15 +426,15 @@ def _read_written_sql(ctx: RunContext, sq: SubQuery, sql: str) -> None:
     """The model's statement, kept as written and read into the sub-query's plan (PLAN_UNSUPPORTED: the refiner
     sees what the plan language cannot say). The statement that runs is the one generated from the plan."""
     sq.written_sql, sq.plan = sql, None
-    sq.plan = _plan_of_sql(ctx, sq, sql)
+    sq.plan = _plan_of_sql(ctx, sq.datasource_id, sql)
 
 
-def _plan_of_sql(ctx: RunContext, sq: SubQuery, sql: str) -> PlanModel:
-    """A statement read into a plan in the sub-query's dialect (in SQLite, a double-quoted name that no column of the
-    live schema has is a string, as SQLite reads it)."""
-    live = ctx.index.live(sq.datasource_id)
+def _plan_of_sql(ctx: RunContext, datasource_id: str, sql: str) -> PlanModel:
+    """A statement read into a plan in the datasource's dialect (in SQLite, a double-quoted name that no column of
+    the live schema has is a string, as SQLite reads it)."""
+    live = ctx.index.live(datasource_id)
     columns = live.snapshot.column_names() if live is not None and live.snapshot is not None else None
-    return plan_from_sql(sql, _dialect(ctx, sq), columns)
+    return plan_from_sql(sql, ctx.catalog.get(datasource_id).name, columns)
 
 
 def _dialect(ctx: RunContext, sq: SubQuery) -> str:
@@ -585,9 +624,9 @@ def refine(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     failed = sq.plan.model_dump(mode="json", by_alias=True) if sq.plan else None
     if failed is not None:
         sq.tried_plans.add(_plan_key(failed))
-    messages = prompts.refiner_messages(sq.question, sq.retrieved.render(), _dialect(ctx, sq), failed,
-                                        [f"{sq.error.code}: {sq.error.message}"],
-                                        [c.name for c in sq.expected_columns])
+    asked = sq.planner_messages or planner_messages(ctx, state, sq)  # a cached plan's sub-query asked none
+    messages = prompts.refiner_messages(asked, json.dumps(failed, separators=(",", ":")) if failed else None,
+                                        [f"{sq.error.code}: {sq.error.message}"], fmt="plan")
     sq.prompt_chars["refiner"] = sq.prompt_chars.get("refiner", 0) + sum(len(m.content) for m in messages)
     refined = ctx.llm.structured("refiner", messages, PlanModel, schema_name="RefinedPlan", enums=_table_enum(sq))
     key = _plan_key(refined.model_dump(mode="json", by_alias=True))
@@ -611,8 +650,8 @@ def refine_sql(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
     assert sq.error is not None and sq.retrieved is not None
     if sq.written_sql:
         sq.tried_plans.add(_sql_key(sq.written_sql))
-    asked = sq.planner_messages or sql_planner_messages(ctx, state, sq)  # a cached plan's sub-query asked none
-    messages = prompts.sql_refiner_messages(asked, sq.written_sql, [f"{sq.error.code}: {sq.error.message}"])
+    asked = sq.planner_messages or planner_messages(ctx, state, sq)  # a cached plan's sub-query asked none
+    messages = prompts.refiner_messages(asked, sq.written_sql, [f"{sq.error.code}: {sq.error.message}"])
     sq.prompt_chars["refiner"] = sq.prompt_chars.get("refiner", 0) + sum(len(m.content) for m in messages)
     sql = prompts.sql_answer(ctx.llm.text("refiner", messages)).sql
     if _sql_key(sql) in sq.tried_plans:
@@ -648,7 +687,7 @@ def resampled_sql(ctx: RunContext, state: RunState, sq: SubQuery, asked: list[Me
             continue
         sq.tried_plans.add(_sql_key(sql))
         try:
-            validate_plan(_plan_of_sql(ctx, sq, sql), live.snapshot, caller)
+            validate_plan(_plan_of_sql(ctx, sq.datasource_id, sql), live.snapshot, caller)
         except NL2SQLError:
             continue
         state.warnings.append(RunWarning(code="PLANNER_RESAMPLED", step="refiner", sub_query_id=sq.id, message="The planner was "
@@ -722,6 +761,16 @@ def plain_answer(columns: list[str], rows: list[list[Any]], total: int) -> str:
     return f"{total} rows ({', '.join(columns)}); the first: {head}."
 
 
+def rows_ready(state: RunState, columns: list[str], rows: list[list[Any]], total: int) -> dict[str, Any]:
+    """The asker's SQL and rows before the answer in words: each sub-query's statement, the rows shown (values as
+    JSON takes them) and how many there are."""
+    from pydantic_core import to_jsonable_python
+
+    return {"sub_queries": [{"id": sq.id, "datasource_id": sq.datasource_id, "source": sq.plan_source, "sql": sq.sql}
+                            for sq in state.sub_queries if sq.sql],
+            "columns": columns, "rows": to_jsonable_python(rows, fallback=str), "total_rows": total}
+
+
 def _planner_conversation(ctx: RunContext, state: RunState) -> tuple[list[Message], str] | None:
     """The planner's messages and the statement it wrote, when the answer may follow them
     (`settings.pipeline.synthesizer_follows_planner`): the run's one sub-query, planned in the `sql` format in
@@ -748,15 +797,18 @@ def synthesize(ctx: RunContext, state: RunState) -> None:
             state.answer += "\n\nData notes:\n" + "\n".join(f"- {n}" for n in notes)
         state.summary = state.answer.split("\n")[0]
         return
-    preview = rows[: ctx.config.settings.pipeline.preview_rows]
+    limits = ctx.config.settings.pipeline
+    shown = rows[: min(limits.preview_rows, limits.answer_rows)]  # what the sentence is written from
     asked = _planner_conversation(ctx, state)
     if asked is not None:
-        messages = prompts.synthesizer_turn(asked[0], asked[1], columns, preview, total, notes)
+        messages = prompts.synthesizer_turn(asked[0], asked[1], columns, shown, total, notes)
     else:
-        messages = prompts.synthesizer_messages(state.question, columns, preview, total, notes)
+        messages = prompts.synthesizer_messages(state.question, columns, shown, total, notes)
     state.prompt_chars["synthesizer"] = sum(len(m.content) for m in messages)
-    # a hook at answer.after may still deny the answer: then nothing of it is streamed before it decides
+    # a hook at answer.after may still deny the answer: then nothing of it is shown before it decides
     stream = None if ctx.hooks.at("answer.after") else (lambda text: ctx.trace.publish("answer.delta",
                                                                                                 text=text))
+    if stream is not None:  # the SQL and rows to the asker now, the sentence after
+        ctx.trace.tell_asker(ROWS_READY, **rows_ready(state, columns, rows[: limits.preview_rows], total))
     state.answer = ctx.llm.text("synthesizer", messages, on_delta=stream).strip()
     state.summary = state.answer.split("\n")[0].split(". ")[0].rstrip(".") + "."

@@ -43,8 +43,11 @@ def install_trace_ids() -> None:
 class RunTrace:
     """One run: its trace id, a bus of its own (observers subscribed), the events it published, its clock."""
 
-    def __init__(self, trace_id: str, bus: EventBus | None = None, *, timeout_s: float | None = None) -> None:
+    def __init__(self, trace_id: str, bus: EventBus | None = None, *, timeout_s: float | None = None,
+                 askers: Iterable[Callable[[Event], None]] = ()) -> None:
         self.trace_id = trace_id
+        #: who hears what is for the asker alone (`tell_asker`): the CLI's display, a desk's reply, an MCP call
+        self.askers = list(askers)
         self.bus = bus or EventBus(trace_id=trace_id)
         self.bus.trace_id = trace_id
         self.events: list[Event] = []
@@ -68,6 +71,19 @@ class RunTrace:
             event = self.bus.publish(name, **data)
             self.events.append(event)
             return event
+
+    def tell_asker(self, name: str, **data: Any) -> None:
+        """Hand the asker's listeners something of their own answer (the rows as soon as they exist): not an event
+        of the bus, so no observer, event stream, audit log or trace ever holds it."""
+        with self._lock:
+            if self.closed:
+                return
+            event = Event(name=name, data=data, trace_id=self.trace_id, timestamp=time.time())
+            for fn in list(self.askers):
+                try:
+                    fn(event)
+                except Exception:
+                    logging.getLogger("nl2sql.trace").exception("a listener failed on %s", name)
 
     def follow(self, fn: Callable[[Event], None], names: Iterable[str] | None = None) -> Callable[[], None]:
         """Replay what this run already published and subscribe `fn` to the rest, with nothing lost or doubled."""

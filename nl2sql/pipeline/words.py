@@ -13,6 +13,10 @@ STEP_WORDS = {"curated_matcher": "verified queries", "resolver": "routing", "dec
               "executor": "ran", "sanity": "checked", "refiner": "refined", "aggregator": "combined",
               "synthesizer": "answer"}
 
+#: What the asker's listeners hear when the answer's rows exist, before the sentence about them (never an event of
+#: the bus, so no observer or trace holds it: `RunTrace.tell_asker`)
+ROWS_READY = "answer.rows"
+
 #: Where a sub-query's SQL came from, in words (a plan the model wrote reads "generated").
 SOURCE_WORDS = {"verified": "verified query", "plan_cache": "cached plan"}
 

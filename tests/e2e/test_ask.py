@@ -23,6 +23,7 @@ from tests.support.ask import (
     INVOICE_PLAN,
     TICKETS_PLAN,
     ModelScript,
+    ask_on,
     runtime_for,
     select_plan,
     text_kind,
@@ -38,13 +39,7 @@ from: {table: Genre, alias: g}
 
 
 def ask(config: Config, question: str, role: str, events: list[Event] | None = None, **kwargs):
-    runtime = runtime_for(config, **kwargs.pop("settings", {}))
-    if events is not None:
-        runtime.listeners.append(events.append)
-    try:
-        return ask_inline(runtime, question, roles=[role], **kwargs)
-    finally:
-        runtime.close()
+    return ask_on(runtime_for(config, **kwargs.pop("settings", {})), question, role, events, **kwargs)
 
 
 def test_a_verified_question_is_answered_without_any_model(project: Config, model: ModelScript) -> None:
@@ -264,8 +259,9 @@ def test_a_refiner_that_repeats_the_failed_plan_stops_with_the_validation_error(
     assert result.status == "error" and result.errors[0].code == "PLAN_INVALID"
     assert model.fake.calls("RefinedPlan") == 1  # the repeat ends it: no second round of the same plan
     assert "REFINER_REPEATED" in [w.code for w in result.warnings]
-    prompt = next(r for r in model.fake.requests if model.fake.name_of(r) == "RefinedPlan")["messages"][-1]["content"]
-    assert '"from"' in prompt and '"from_"' not in prompt  # shown as the model writes it
+    asked = next(r for r in model.fake.requests if model.fake.name_of(r) == "RefinedPlan")["messages"]
+    assert asked[-1]["content"].startswith("That plan failed:")  # the planner's conversation, continued
+    assert '"from"' in asked[-2]["content"] and '"from_"' not in asked[-2]["content"]  # as the model writes it
 
 
 def test_a_refiner_that_cycles_between_failed_plans_stops(project: Config, model: ModelScript) -> None:

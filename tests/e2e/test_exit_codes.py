@@ -124,6 +124,20 @@ def with_pipeline(project: Config, tmp_path: Path, **pipeline: object) -> str:
 
 @pytest.mark.slow
 @pytest.mark.prefect
+def test_ask_prints_the_sql_and_rows_before_the_answer_in_words(project: Config, flow_env: dict[str, str]) -> None:
+    from nl2sql.evaluation.gold_llm import FIXED_ANSWER
+
+    proc = nl2sql("-c", str(project.path), "ask", "How much did we earn in each year?", "--role", "analyst",
+                  "--no-desk", env=flow_env)
+    assert_exit(proc, 0)
+    out = proc.stdout
+    # the statement and its rows as soon as they ran, then the sentence the model streams, each shown once
+    assert out.index("chinook (verified query):") < out.index("2007") < out.index("5 rows") < out.index(FIXED_ANSWER)
+    assert out.count("5 rows") == 1 and out.count("chinook (verified query):") == 1
+
+
+@pytest.mark.slow
+@pytest.mark.prefect
 def test_ask_exit_codes(project: Config, flow_env: dict[str, str], tmp_path: Path) -> None:
     config = str(project.path)
     answered = nl2sql("-c", config, "ask", "How much did we earn in each year?", "--role", "analyst", "--json",

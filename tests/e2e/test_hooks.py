@@ -13,8 +13,8 @@ from nl2sql.config.models import HookConfig
 from nl2sql.events import Event
 from nl2sql.hooks import HOOKS, Allow, Deny, HookContext, Modify
 from nl2sql.llm.fake import FakeLLMServer
-from nl2sql.pipeline import Runtime, ask_inline
-from tests.support.ask import GENRES_PLAN, INVOICE_PLAN, ModelScript, write_ask_project
+from nl2sql.pipeline import Runtime
+from tests.support.ask import GENRES_PLAN, INVOICE_PLAN, ModelScript, ask_on, write_ask_project
 
 CROSS = "Support tickets opened per customer, with the customer's country"
 
@@ -75,13 +75,7 @@ def model(fake: FakeLLMServer) -> ModelScript:
 def ask_with(config: Config, hooks: list[dict], question: str, role: str = "analyst",
              events: list[Event] | None = None):
     configured = config.model_copy(update={"hooks": [HookConfig(**h) for h in hooks]})
-    runtime = Runtime(configured, observers=[])
-    if events is not None:
-        runtime.listeners.append(events.append)
-    try:
-        return ask_inline(runtime, question, roles=[role])
-    finally:
-        runtime.close()
+    return ask_on(Runtime(configured, observers=[]), question, role, events)
 
 
 @pytest.mark.parametrize("point", ["run.before", "datasources.after", "plan.after", "execute.before",

@@ -63,9 +63,14 @@ def stdio_params(config: Config, role: str) -> StdioServerParameters:
                                  args=args)
 
 
-def over_stdio(config: Config, role: str, session: Session) -> Any:
+def over_stdio(config: Config, role: str, session: Session, logged: list[Any] | None = None) -> Any:
+    async def heard(params: Any) -> None:
+        if logged is not None:
+            logged.append(params)
+
     async def run() -> Any:
-        async with stdio_client(stdio_params(config, role)) as (read, write), ClientSession(read, write) as client:
+        async with stdio_client(stdio_params(config, role)) as (read, write), ClientSession(
+                read, write, logging_callback=heard) as client:
             await client.initialize()
             return await session(client)
 
@@ -133,13 +138,18 @@ def test_a_question_reports_its_steps_as_progress_and_at_most_twenty_rows(projec
                                         progress_callback=heard)
         return result.structuredContent  # type: ignore[return-value]
 
-    answer = over_stdio(project, "viewer", session)
+    logged: list = []
+    answer = over_stdio(project, "viewer", session, logged)
     assert answer["status"] == "success"
     [sq] = answer["sub_queries"]
     assert len(sq["rows"]) == 20 and sq["total_rows"] == 25 and sq["truncated"] and answer["truncated"]
+    # the SQL and rows as soon as they exist, before the answer in words is written
     assert [m for _, m in progress] == ["curated_matcher: done", "executor sq1: done", "sanity sq1: done",
-                                        "synthesizer: done"]
-    assert [d for d, _ in progress] == [1, 2, 3, 4]
+                                        "rows ready: 25; the answer follows", "synthesizer: done"]
+    assert [d for d, _ in progress] == [1, 2, 3, 4, 5]
+    [rows] = [json.loads(p.data) for p in logged if "rows_ready" in str(p.data)]
+    assert rows["sql"] == [{"datasource_id": "chinook", "sql": sq["sql"]}] and rows["total_rows"] == 25
+    assert rows["rows"] == sq["rows"] and rows["columns"] == sq["columns"]
 
 
 def test_a_denied_a_missing_and_an_unreachable_table_get_the_same_answer(project: Config) -> None:
@@ -257,7 +267,8 @@ def test_http_serves_each_token_as_its_user(http_server: str, model: ModelScript
     progress.clear()
     _, invoice, earned = over_http(http_server, BOB_TOKEN, session)
     assert invoice["status"] == "ok" and earned["status"] == "success"  # bob: analyst
-    assert progress == ["curated_matcher: done", "executor sq1: done", "sanity sq1: done", "synthesizer: done"]
+    assert progress == ["curated_matcher: done", "executor sq1: done", "sanity sq1: done",
+                        "rows ready: 5; the answer follows", "synthesizer: done"]
 
 
 def test_a_token_names_the_one_user_whose_hash_it_matches() -> None:
@@ -344,4 +355,6 @@ def test_questions_may_run_as_flow_runs_of_the_ask_flow(project: Config, model: 
 
     first, second = asyncio.run(run())
     assert first["status"] == second["status"] == "success" and first["trace_id"] != second["trace_id"]
-    assert progress == ["curated_matcher: done", "executor sq1: done", "sanity sq1: done", "synthesizer: done"] * 2
+    assert progress == ["curated_matcher: done", "executor sq1: done", "sanity sq1: done",
+                        "rows ready: 5; the answer follows",
+                        "synthesizer: done"] * 2

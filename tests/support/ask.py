@@ -88,6 +88,18 @@ def runtime_for(config: Config, **pipeline: Any) -> Runtime:
     return Runtime(with_settings(config, **pipeline) if pipeline else config, observers=[])
 
 
+def ask_on(runtime: Runtime, question: str, role: str, events: list | None = None, **kwargs: Any):
+    """Ask a question inline on `runtime` as `role` (its events appended to `events`), then close the runtime."""
+    from nl2sql.pipeline import ask_inline
+
+    if events is not None:
+        runtime.listeners.append(events.append)
+    try:
+        return ask_inline(runtime, question, roles=[role], **kwargs)
+    finally:
+        runtime.close()
+
+
 def gold_plans() -> dict[str, dict]:
     """The Chinook gold plans by question."""
     plans = {}

@@ -127,3 +127,29 @@ def test_usage_absent_is_all_none(server: FakeAnthropicServer) -> None:
     client.text("synthesizer", MESSAGES)
     assert client.records[0].usage == Usage()
     assert client.records[0].cost_usd is None
+
+
+def test_the_shared_prefix_is_marked_for_the_cache_and_its_reads_are_priced_at_the_cached_rate(
+        server: FakeAnthropicServer) -> None:
+    from nl2sql.pipeline.prompts import planner_messages, shared_prefix
+
+    prefix = shared_prefix("shop", "sql", "sqlite", "CREATE TABLE orders (id INTEGER PRIMARY KEY);")
+    server.answer("text", FakeAnswer(content="SELECT COUNT(*) FROM orders", usage={
+        "input_tokens": 40, "cache_read_input_tokens": 2000, "output_tokens": 10}))
+    config = LLMConfig(models={"claude": server.model_config()}, default="claude",
+                       prices={"fake-claude": {"input": 3.0, "output": 15.0, "cached_input": 0.3}})
+    client = LLMClient(config, backoff_s=0.01)
+    client.text("planner", planner_messages(prefix, "How many orders?"))
+    (body,) = server.requests
+    assert body["system"] == prefix.system  # the head's mark caches the system text before it
+    head, tail = body["messages"][0]["content"]
+    assert head == {"type": "text", "text": prefix.head, "cache_control": {"type": "ephemeral"}}
+    assert "cache_control" not in tail and tail["text"].endswith("Question: How many orders?")
+    # 40 read plainly at the input rate, 2000 from the cache at the cached rate, 10 written out
+    assert client.records[0].cost_usd == pytest.approx((40 * 3.0 + 2000 * 0.3 + 10 * 15.0) / 1e6)
+
+    server.reset()
+    server.answer("text", FakeAnswer(content="SELECT 1", usage={"input_tokens": 5, "output_tokens": 1}))
+    plain = make_client(server, cache_prefix=False)
+    plain.text("planner", planner_messages(prefix, "How many orders?"))
+    assert isinstance(server.requests[0]["messages"][0]["content"], str)  # off: sent as plain text

@@ -12,13 +12,17 @@ from nl2sql.pipeline import prompts
 from nl2sql.plan import PlanModel
 
 
+def plan_prefix(dialect: str) -> prompts.SharedPrefix:
+    return prompts.shared_prefix("shop", "plan", dialect, "t(a)")
+
+
 def worked_example() -> PlanModel:
-    text = prompts.planner_messages("q", "t(a)", "sqlite")[0].content
+    text = prompts.planner_messages(plan_prefix("sqlite"), "q")[0].content
     return PlanModel.model_validate(json.loads(text[text.index(" is\n{") + 4:]))
 
 
 def test_the_planner_prompt_shows_the_plan_language_and_a_valid_example() -> None:
-    system = prompts.planner_messages("q", "t(a)", "duckdb")[0].content
+    system = prompts.planner_messages(plan_prefix("duckdb"), "q")[0].content
     assert '"kind":"aggregate"' in system and "Dialect: duckdb." in system
     plan = worked_example()
     assert plan.from_.alias == "o" and plan.joins[0].table.alias == "c"
@@ -31,9 +35,11 @@ def test_the_worked_example_reads_no_table_of_the_demo(demo_config: Config, demo
     assert not {t.lower() for t in tables} & demo_tables
 
 
-def test_the_refiner_is_shown_the_plan_language_too() -> None:
-    system = prompts.refiner_messages("q", "t(a)", "sqlite", None, ["E: x"])[0].content
-    assert '"kind":"aggregate"' in system and "Your previous plan failed" in system
+def test_the_refiner_continues_the_planners_conversation_with_the_plan_language() -> None:
+    asked = prompts.planner_messages(plan_prefix("sqlite"), "q")
+    messages = prompts.refiner_messages(asked, '{"select":[]}', ["E: x"], fmt="plan")
+    assert messages[:2] == asked and '"kind":"aggregate"' in messages[0].content
+    assert messages[2].content == '{"select":[]}' and messages[3].content.startswith(prompts.PLAN_REFINER_TURN)
 
 
 @pytest.mark.parametrize(("answer", "sql", "cannot"), [
