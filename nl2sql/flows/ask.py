@@ -156,8 +156,13 @@ def result_table(result: QueryResult) -> tuple[list[dict[str, Any]], str] | None
         columns, found, total = sq.columns, sq.rows, sq.total_rows or len(sq.rows)
     else:
         return None
-    records = [{c: to_jsonable_python(v, fallback=str) for c, v in zip(columns, row, strict=False)} for row in found]
-    return records, f"The first {len(found)} of {_count(total, False)}" if total > len(found) else _count(total, False)
+    return table_records(columns, [[to_jsonable_python(v, fallback=str) for v in row] for row in found], total)
+
+
+def table_records(columns: list[str], rows: list[list[Any]], total: int) -> tuple[list[dict[str, Any]], str]:
+    """Rows as a table artifact's records, and what they are ("The first 20 of 347 rows")."""
+    records = [dict(zip(columns, row, strict=False)) for row in rows]
+    return records, f"The first {len(rows)} of {_count(total, False)}" if total > len(rows) else _count(total, False)
 
 
 def _rows_ready(logger: Any, event: Event, trace_id: str, with_rows: bool, shown: list[str]) -> None:
@@ -170,10 +175,8 @@ def _rows_ready(logger: Any, event: Event, trace_id: str, with_rows: bool, shown
         logger.info("SQL on %s: %s", sq["datasource_id"], sq["sql"])
     logger.info("Rows ready: %s; the answer in words follows.", _count(int(data["total_rows"]), False))
     if with_rows and data["columns"] and data["rows"]:
-        records = [dict(zip(data["columns"], row, strict=False)) for row in data["rows"]]
-        total, found = int(data["total_rows"]), len(records)
-        create_table_artifact(records, key=artifact_key("rows", trace_id), description=f"The first {found} of "
-                              f"{_count(total, False)}" if total > found else _count(total, False))
+        records, described = table_records(data["columns"], data["rows"], int(data["total_rows"]))
+        create_table_artifact(records, key=artifact_key("rows", trace_id), description=described)
         shown.append(trace_id)
 
 
