@@ -19,9 +19,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 from prefect import flow
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.artifacts import create_markdown_artifact
 from prefect.exceptions import FlowPauseTimeout, Pause
 from prefect.flow_runs import pause_flow_run, suspend_flow_run
 from prefect.input import RunInput
@@ -165,6 +166,20 @@ def table_records(columns: list[str], rows: list[list[Any]], total: int) -> tupl
     return records, f"The first {len(rows)} of {_count(total, False)}" if total > len(rows) else _count(total, False)
 
 
+def create_rows_artifact(records: list[dict[str, Any]], description: str, flow_run_id: str) -> None:
+    """The rows' table artifact, of the flow run itself even when the answer's task run makes it: the run's
+    Artifacts tab shows it beside the answer, under "Flow run", as a person looks for it."""
+    from prefect.artifacts import TableArtifact
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import ArtifactCreate
+
+    key = artifact_key("rows", flow_run_id)
+    data = TableArtifact(key=key, table=records).format(_sync=True)  # type: ignore[call-arg]  # as Prefect's own create
+    with get_client(sync_client=True) as client:
+        client.create_artifact(ArtifactCreate(key=key, type="table", description=description, data=data,
+                                              flow_run_id=UUID(flow_run_id)))
+
+
 def _rows_ready(logger: Any, event: Event, trace_id: str, with_rows: bool, shown: list[str]) -> None:
     """The SQL in the run's log, and (with settings.prefect.artifact_rows) the rows' table artifact, as soon as the
     rows exist: a person watching the run sees them before the answer in words is written."""
@@ -175,8 +190,7 @@ def _rows_ready(logger: Any, event: Event, trace_id: str, with_rows: bool, shown
         logger.info("SQL on %s: %s", sq["datasource_id"], sq["sql"])
     logger.info("Rows ready: %s; the answer in words follows.", _count(int(data["total_rows"]), False))
     if with_rows and data["columns"] and data["rows"]:
-        records, described = table_records(data["columns"], data["rows"], int(data["total_rows"]))
-        create_table_artifact(records, key=artifact_key("rows", trace_id), description=described)
+        create_rows_artifact(*table_records(data["columns"], data["rows"], int(data["total_rows"])), trace_id)
         shown.append(trace_id)
 
 
@@ -343,7 +357,7 @@ def ask(question: str, role: str | None = None, user_id: str | None = None, data
                                  "row counts (rows only with settings.prefect.artifact_rows)")
         table = result_table(result) if with_rows and not shown else None
         if table is not None and table[0]:
-            create_table_artifact(table[0], key=artifact_key("rows", trace_id), description=table[1])
+            create_rows_artifact(*table, trace_id)
     return result
 
 

@@ -97,6 +97,22 @@ def _wait_for_state(page: Any, wanted: tuple[str, ...], timeout: float = 120) ->
     return state
 
 
+def _wait_for_text(page: Any, text: re.Pattern[str], tab: str, timeout: float = 90) -> None:
+    """Wait for `text` on a run page's tab, opening the tab again after a reload when it is not there yet (the
+    tab reads its list once, and a loaded machine may serve it late); the page's text in the failure."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            page.get_by_text(text).first.wait_for(timeout=15_000)
+            return
+        except PlaywrightTimeout:
+            if time.monotonic() > deadline:
+                seen = page.locator("body").inner_text()
+                raise AssertionError(f"{text.pattern} not seen on the {tab} tab:\n{seen}") from None
+        page.reload()
+        page.get_by_text(tab, exact=True).first.click()
+
+
 def _runs_asking(api: str, question: str) -> set[str]:
     """The ids of the flow runs whose question is `question` (read from the API: the UI's lists refresh late)."""
     from prefect import get_client
@@ -166,7 +182,8 @@ def test_a_question_from_the_run_form_completes_with_its_steps(browser: Any, ser
     page.get_by_text("verified queries").first.wait_for()  # its steps, each a task run, named as the CLI names them
     assert "ran · sq1 (support)" in page.locator("body").inner_text()
     page.get_by_text("Artifacts", exact=True).click()
-    page.get_by_text(re.compile(r"rows-[0-9a-f-]{36}")).first.wait_for()  # the rows, a table of their own
+    _wait_for_text(page, re.compile(r"rows-[0-9a-f-]{36}"), "Artifacts")  # the rows, a table of their own
+    page.screenshot(path=str(shots / "ui-ask-artifacts.png"), full_page=True)
     page.get_by_text(re.compile(r"answer-[0-9a-f-]{36}")).first.click()  # the answer, as a person reads it
     answer = page.get_by_text(ANSWER).first
     answer.wait_for()

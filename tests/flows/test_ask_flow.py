@@ -136,6 +136,7 @@ def test_the_run_shows_a_person_the_answer_the_sql_the_rows_and_its_steps(projec
     assert len(sql.splitlines()) > 3 and max(len(line) for line in sql.splitlines()) < 100  # laid out, not one line
     table = artifacts["table"]
     assert table.key == f"rows-{result.trace_id}" and len(json.loads(table.data)) == result.sub_queries[0].total_rows
+    assert table.task_run_id is None  # the run's own, beside the answer on its Artifacts tab, though the answer step made it
     assert json.loads(table.data)[0]["year"] == result.sub_queries[0].rows[0][0]
     assert any("✓ verified queries" in m for m in messages) and any("✓ ran · sq1" in m for m in messages)
     assert any(m.startswith("Asked by") and "as analyst" in m for m in messages)
