@@ -270,7 +270,8 @@ Only when no table given holds what the question asks about (it is not about thi
 
 _SYNTHESIZER_RULES = """State the numbers as they appear in the result; never invent values that are not in it.
 Mention the data notes when there are any."""
-SYNTHESIZER_SYSTEM = "You answer a question in two or three plain sentences from the query result given.\n" + \
+SYNTHESIZER_SYSTEM = "You answer a question in one plain sentence from the query result given; the asker sees the rows " \
+    "too.\n" + \
     _SYNTHESIZER_RULES
 
 #: how a dialect is named to a model
@@ -412,5 +413,5 @@ def synthesizer_turn(asked: Sequence[Message], sql: str, columns: Sequence[str],
     reuses its cached prefix)."""
     return [*asked, Message("assistant", sql),
             Message("user", f"{SYNTHESIZER_TURN}\n{_result_text(columns, rows, total_rows, notes)}\n\n"
-                            "Now answer the question in two or three plain sentences (words, not SQL) from this "
-                            "result.\n" + _SYNTHESIZER_RULES)]
+                            "Now answer the question in one plain sentence (words, not SQL) from this result; the "
+                            "asker sees the rows too.\n" + _SYNTHESIZER_RULES)]
