@@ -475,9 +475,10 @@ class PipelineSettings(Strict):
 
     row_limit: int = Field(default=1000, ge=1)
     preview_rows: int = Field(default=20, ge=1)
-    answer_rows: int = Field(default=20, ge=1, description="The rows of a result the answer in words is written "
+    answer_rows: int = Field(default=5, ge=1, description="The rows of a result the answer in words is written "
                              "from (its prompt shows these and how many there are in all), whatever the result "
-                             "carries (`preview_rows`).")
+                             "carries (`preview_rows`): a sentence names a few values, the asker sees the rows, and "
+                             "each row is read by the model before it writes.")
     statement_timeout_s: float = Field(default=30.0, gt=0)
     timeout_s: float = Field(default=120.0, gt=0)
     max_retries: int = Field(default=2, ge=0)

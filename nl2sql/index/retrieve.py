@@ -1010,6 +1010,17 @@ class RetrievedSchema:
                               + "\n".join(body) + f"\n{more});")
         return "\n".join(statements)
 
+    def outline(self) -> str:
+        """One line per table, its name and its columns' names: what a database holds, for a model that chooses
+        between databases and writes no query on this one (a fraction of `render`'s tokens).
+
+        >>> RetrievedSchema("shop", [RetrievedTable("orders", 1.0, [RetrievedColumn("id", "INTEGER", False, True),
+        ...     RetrievedColumn("placed_on", "DATE", True, False)], 3, 10)], []).outline()
+        'orders(id, placed_on, …)'
+        """
+        return "\n".join(f"{t.name}({', '.join(c.name for c in t.columns)}"
+                         f"{', …' if len(t.columns) < t.total_columns else ''})" for t in self.tables)
+
     def render(self) -> str:
         """A compact text for prompts and the CLI."""
         lines = []

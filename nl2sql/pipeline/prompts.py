@@ -331,7 +331,7 @@ def resolver_messages(prefix: SharedPrefix, question: str,
 def decomposer_messages(prefix: SharedPrefix, question: str, description: str,
                         others: Sequence[tuple[str, str, str]], max_sub_queries: int) -> list[Message]:
     """Messages for the decomposer: the prefix of its first datasource (with its `description`), then each other
-    datasource's description and retrieved schema, and the question."""
+    datasource's description and tables (`RetrievedSchema.outline`: names and columns), and the question."""
     blocks = "\n\n".join(f"Database {ds}: {desc.strip()}\n{schema}" for ds, desc, schema in others)
     return prefix.messages(f"{_not_a_statement(prefix)}Database {prefix.datasource_id}: {description.strip()}\n\n"
                            f"The other databases:\n\n{blocks}\n\n"

@@ -221,7 +221,9 @@ def decompose(ctx: RunContext, state: RunState) -> None:
     limit = ctx.config.settings.routing.max_sub_queries
     first, *rest = state.datasource_ids
     prefix = shared_prefix(ctx, state, first, index.retrieve_schema(state.question, state.roles, first))
-    others = [(ds, ctx.config.datasource(ds).description, index.retrieve_schema(state.question, state.roles, ds).render())
+    # the others as table and column names: the decomposer writes questions for them, not queries, and every token
+    # of theirs is read anew on each such question (only the first datasource's prefix is a model server's cache)
+    others = [(ds, ctx.config.datasource(ds).description, index.retrieve_schema(state.question, state.roles, ds).outline())
               for ds in rest]
     messages = prompts.decomposer_messages(prefix, state.question, ctx.config.datasource(first).description, others,
                                            limit)

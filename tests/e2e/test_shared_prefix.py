@@ -73,6 +73,11 @@ def test_every_call_about_a_datasource_begins_with_the_same_bytes(project: Confi
     # then the worked examples, the same for every question (settings.pipeline.planner.examples_chosen: fixed)
     assert "-- Answered before on this database:" in shared and shared.rstrip().endswith(";")
     assert "Employee" not in shared.split("-- Answered before")[0]
+    # the support desk, which the decomposer writes a question for and no query, as its tables' names and columns
+    split_request = next(r for r in requests if model.fake.name_of(r) == "Decomposition")
+    others = _user(split_request).split("The other databases:")[1].split("Decide whether")[0]
+    assert "tickets(" in others and "customer_id" in others
+    assert "CREATE TABLE" not in others and "e.g." not in others and "INTEGER" not in others.upper()
 
 
 def test_another_scope_has_its_own_prefix_without_the_tables_it_may_not_read(project: Config,
