@@ -3,6 +3,7 @@
 from nl2sql.llm.budget import Budget
 from nl2sql.llm.client import LLMClient, ModelNotConfigured, provider_class
 from nl2sql.llm.models import (
+    AnswerAbandoned,
     CallRecord,
     LimitReached,
     LLMAuthError,
@@ -20,6 +21,7 @@ from nl2sql.llm.prices import PRICES, call_cost, price_for, require_prices
 
 __all__ = [
     "PRICES",
+    "AnswerAbandoned",
     "Budget",
     "CallRecord",
     "LLMAuthError",

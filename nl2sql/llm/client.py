@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import math
 import threading
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from importlib.metadata import entry_points
 from typing import Any, TypeVar
 
 import httpx
+import pydantic_core
 from pydantic import BaseModel, ValidationError
 
 from nl2sql.config.models import LLM_NODES, LLMConfig, ModelConfig
@@ -24,7 +26,15 @@ from nl2sql.config.reading import loads_json
 from nl2sql.errors import NL2SQLError, UnknownNameError
 from nl2sql.llm.budget import Budget
 from nl2sql.llm.json_schema import strict_json_schema, with_enums
-from nl2sql.llm.models import CallRecord, LLMError, LLMParseError, LLMResponse, Message, Usage
+from nl2sql.llm.models import (
+    AnswerAbandoned,
+    CallRecord,
+    LLMError,
+    LLMParseError,
+    LLMResponse,
+    Message,
+    Usage,
+)
 from nl2sql.llm.prices import call_cost, price_for
 from nl2sql.llm.wires import BACKOFF_S, AnthropicWire, ChatRequest, OnDelta, OpenAIWire, Wire, http_timeout
 
@@ -80,6 +90,24 @@ def validation_lines(exc: ValidationError | json.JSONDecodeError) -> list[str]:
 
 _SLOTS: dict[tuple[str, str, str], threading.BoundedSemaphore] = {}
 _SLOTS_LOCK = threading.Lock()
+
+
+def _abandoning(node: str, abandon_when: Callable[[Any], bool]) -> OnDelta:
+    """A stream's listener that raises AnswerAbandoned once the JSON answer read so far (a trailing string kept
+    as far as it goes) satisfies `abandon_when`."""
+    parts: list[str] = []
+
+    def on_delta(piece: str) -> None:
+        parts.append(piece)
+        try:
+            partial = pydantic_core.from_json("".join(parts), allow_partial="trailing-strings")
+        except ValueError:  # not JSON (yet): the whole answer is read and judged as usual
+            return
+        if abandon_when(partial):
+            raise AnswerAbandoned(f"The {node} model's answer was cut short: what it began to write is set aside.",
+                                  node=node)
+
+    return on_delta
 
 
 def _call_slot(model: ModelConfig) -> AbstractContextManager[Any]:
@@ -155,9 +183,15 @@ class LLMClient:
         wire = self.wire_for(node)
         self.budget.before_call()  # raises LimitReached: never caught by the retry loops below
         prompt_chars = sum(len(m.content) for m in request.messages)
+        started = time.perf_counter()
         try:
             with _call_slot(wire.config):
                 response = wire.complete(request, on_delta=on_delta)
+        except AnswerAbandoned:  # the caller's choice, not a failure; a cut stream reports no usage
+            self._record(CallRecord(node=node, model=wire.config.model, provider=wire.provider, usage=Usage(),
+                                    cost_usd=None, latency_ms=(time.perf_counter() - started) * 1000,
+                                    prompt_chars=prompt_chars, ok=True))
+            raise
         except LLMError as exc:
             self._record(CallRecord(node=node, model=wire.config.model, provider=wire.provider, usage=Usage(),
                                     cost_usd=None, latency_ms=0.0, prompt_chars=prompt_chars, ok=False,
@@ -177,16 +211,20 @@ class LLMClient:
 
     def structured(self, node: str, messages: list[Message], output: type[T], *, max_parse_retries: int = 2,
                    schema_name: str | None = None, enums: dict[tuple[str, str], list[str]] | None = None,
-                   temperature: float | None = None, seed: int | None = None) -> T:
+                   temperature: float | None = None, seed: int | None = None,
+                   abandon_when: Callable[[Any], bool] | None = None) -> T:
         """Ask for an answer that validates as `output`; on a bad answer, retry with its errors (not the answer).
         `enums` narrows string fields of the schema sent (see `json_schema.with_enums`); parsing is not narrowed.
-        `temperature` (with `seed`) samples instead of the model's configured temperature, as in `text`."""
+        `temperature` (with `seed`) samples instead of the model's configured temperature, as in `text`.
+        `abandon_when`, given, streams the answer and cuts it (AnswerAbandoned) as soon as the JSON read so far
+        satisfies it: a caller that would set such an answer aside stops paying for the rest of it."""
         name = schema_name or output.__name__
         schema = strict_json_schema(output) if not enums else with_enums(strict_json_schema(output), enums)
         request = ChatRequest(node=node, messages=list(messages), json_schema=schema, schema_name=name,
                               temperature=temperature, seed=seed)
         for attempt in range(max_parse_retries + 1):
-            response = self._call(node, request)
+            on_delta = _abandoning(node, abandon_when) if abandon_when is not None else None
+            response = self._call(node, request, on_delta=on_delta)
             try:
                 return output.model_validate(loads_json(response.text))
             except (ValidationError, json.JSONDecodeError) as exc:

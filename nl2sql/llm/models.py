@@ -115,6 +115,12 @@ class LLMParseError(LLMError):
     code = "LLM_PARSE_FAILED"
 
 
+class AnswerAbandoned(LLMError):
+    """The caller cut a streamed answer short: what the model began to write is an answer it would set aside."""
+
+    code = "LLM_ANSWER_ABANDONED"
+
+
 class LimitReached(NL2SQLError):
     """A run's cap on model calls or dollars is reached: no further call is made.
 

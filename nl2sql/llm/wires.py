@@ -521,7 +521,7 @@ class AnthropicWire(Wire):
                 piece = delta.get("text") or delta.get("partial_json") or ""
                 if piece:
                     parts.append(piece)
-                    if on_delta is not None and delta.get("type") == "text_delta":
+                    if on_delta is not None:  # a forced tool's input too: a structured answer is watched as it comes
                         on_delta(piece)
         if cut:
             raise self._truncated(request.node)

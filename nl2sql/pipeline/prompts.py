@@ -124,6 +124,7 @@ class SQLAnswer(BaseModel):
 CANNOT_ANSWER_WORDS = "CANNOT ANSWER"
 _FENCED = re.compile(r"```[a-zA-Z]*\s*(.*?)```", re.S)
 _LINE_STARTING_STATEMENT = re.compile(r"^\s*(SELECT|WITH)\b", re.I | re.M)
+_STATEMENT_BEGUN = re.compile(r"\s*(SELECT|WITH)\W", re.I)
 _STATEMENT_KEYWORD = re.compile(r"\b(SELECT|WITH)\b", re.I)
 
 
@@ -134,6 +135,25 @@ def reads_as_sql(text: str) -> bool:
     (True, False)
     """
     return _LINE_STARTING_STATEMENT.match(text.strip()) is not None
+
+
+def begins_as_sql(text: str) -> bool:
+    """Whether a text still being written already reads as SQL: its first word, followed by more, is SELECT or
+    WITH (a word not yet ended may become another: "Select" of "Selected").
+
+    >>> begins_as_sql("SELECT COUNT"), begins_as_sql("Select"), begins_as_sql("Selected tra")
+    (True, False, False)
+    """
+    return _STATEMENT_BEGUN.match(text) is not None
+
+
+def sub_query_in_sql(partial: Any) -> bool:
+    """Whether a decomposer's answer read so far (partial JSON) holds a sub-query whose question reads as SQL:
+    such a decomposition is set aside whatever follows (see `steps.decompose`)."""
+    sub_queries = partial.get("sub_queries") if isinstance(partial, dict) else None
+    return isinstance(sub_queries, list) and any(
+        isinstance(sq, dict) and isinstance(sq.get("question"), str) and begins_as_sql(sq["question"])
+        for sq in sub_queries)
 
 
 def sql_answer(text: str) -> SQLAnswer:

@@ -30,7 +30,7 @@ from nl2sql.errors import (
 from nl2sql.index.chunks import qualified
 from nl2sql.index.retrieve import LiveIndex, RetrievedSchema
 from nl2sql.index.route import Routing, backed_by_routing, without_evidence
-from nl2sql.llm.models import LLMParseError, Message
+from nl2sql.llm.models import AnswerAbandoned, LLMParseError, Message
 from nl2sql.pipeline import prompts
 from nl2sql.pipeline.result import RunWarning
 from nl2sql.pipeline.runtime import RunContext
@@ -228,14 +228,19 @@ def decompose(ctx: RunContext, state: RunState) -> None:
     messages = prompts.decomposer_messages(prefix, state.question, ctx.config.datasource(first).description, others,
                                            limit)
     state.prompt_chars["decomposer"] = sum(len(m.content) for m in messages)
-    plan = ctx.llm.structured("decomposer", messages, prompts.decomposition_for(tuple(state.datasource_ids)))
-    if len(plan.sub_queries) > limit:
+    try:
+        # a sub-query asked in SQL is no question for a planner of another database (a small model writes a
+        # statement per database for a question one answers): the answer is cut as soon as one begins so
+        plan = ctx.llm.structured("decomposer", messages, prompts.decomposition_for(tuple(state.datasource_ids)),
+                                  abandon_when=prompts.sub_query_in_sql)
+    except AnswerAbandoned:
+        plan = None
+    if plan is not None and len(plan.sub_queries) > limit:
         raise QuestionTooBroad(
             f"This question needs {len(plan.sub_queries)} separate queries; at most {limit} are allowed "
             "(settings.routing.max_sub_queries).", fix="Ask about fewer things at once.", node="decomposer")
-    if any(prompts.reads_as_sql(sq.question) for sq in plan.sub_queries):
-        # a sub-query asked in SQL is no question for a planner of another database (a small model writes a
-        # statement per database for a question one answers): the asker's question goes to routing's first pick
+    if plan is None or any(prompts.reads_as_sql(sq.question) for sq in plan.sub_queries):
+        # set aside: the asker's question goes to routing's first pick
         state.warnings.append(RunWarning(code="DECOMPOSITION_DISCARDED", step="decomposer", message="The decomposer "
                                          "wrote a sub-query as SQL, not as a question; the question went to "
                                          f"{state.datasource_ids[0]}, routing's first pick."))

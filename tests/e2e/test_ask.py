@@ -784,17 +784,26 @@ def test_a_decomposition_kept_to_one_database_goes_to_routings_first_pick(projec
     assert len(rerouted) == 1 and "webanalytics" in rerouted[0].message and rerouted[0].step == "decomposer"
 
 
-def test_a_decomposition_with_a_sub_query_written_as_sql_is_discarded(project: Config, model: ModelScript) -> None:
-    model.decompositions[TWO_PICKS] = {"sub_queries": [
-        {"datasource_id": "support", "question": "SELECT customer_id, COUNT(*) FROM tickets GROUP BY customer_id",
-         "expected_columns": []},
-        {"datasource_id": "chinook", "question": "Each customer's id and country", "expected_columns": []}],
-        "combine": None}
+@pytest.mark.parametrize("position", [0, 1])
+def test_a_decomposition_with_a_sub_query_written_as_sql_is_cut_and_discarded(
+        project: Config, model: ModelScript, position: int) -> None:
+    sub_queries = [{"datasource_id": "chinook", "question": "Each customer's id and country", "expected_columns": []}]
+    sub_queries.insert(position, {"datasource_id": "support", "question": "SELECT customer_id, COUNT(*) FROM tickets "
+                                  "GROUP BY customer_id", "expected_columns": [{"name": "tickets", "description":
+                                                                                "tickets per customer"}]})
+    decomposition = {"sub_queries": sub_queries, "combine": {"kind": "join", "left": 0, "right": 1, "join_keys": [
+        {"left": "customer_id", "right": "CustomerId"}]}}
+    model.fake.respond_with("Decomposition", lambda body: FakeAnswer(decomposition, pace_s=0.02))
     model.plans[TWO_PICKS] = TICKETS_PLAN
     result = ask(project, TWO_PICKS, "analyst", settings={"plan_cache": False, "answerability_check": False})
     first = IndexService(project).route(TWO_PICKS, ["analyst"]).picks[0]
+    assert result.status == "success", result.errors
     assert [(sq.datasource_id, sq.question) for sq in result.sub_queries] == [(first, TWO_PICKS)]
     assert "DECOMPOSITION_DISCARDED" in [w.code for w in result.warnings]
+    # the model was stopped as soon as a sub-query began as SQL: the rest of its answer was never sent
+    (asked_to_split,) = [b for b in model.fake.requests if model.fake.name_of(b) == "Decomposition"]
+    assert asked_to_split["stream"] is True
+    assert model.fake.wait_for_disconnects() and model.fake.disconnects == ["Decomposition"]
 
 
 def test_the_sql_planner_may_say_the_tables_cannot_answer(project: Config, model: ModelScript) -> None:

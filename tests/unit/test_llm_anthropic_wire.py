@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 from nl2sql.config.models import LLMConfig
-from nl2sql.llm import LLMClient, Message, Usage
+from nl2sql.llm import AnswerAbandoned, LLMClient, Message, Usage
 from nl2sql.llm.fake import FakeAnswer, FakeAnthropicServer
 from nl2sql.llm.json_schema import anthropic_tool_violations, strict_json_schema
 from nl2sql.plan.model import PlanModel
@@ -101,6 +101,20 @@ def test_streaming_text_deltas(server: FakeAnthropicServer) -> None:
     assert body["stream"] is True and "tools" not in body
     # input from message_start, output from message_delta
     assert client.records[0].usage == Usage(input_tokens=30, output_tokens=18)
+
+
+def test_a_tool_input_is_watched_as_it_streams_and_cut(server: FakeAnthropicServer) -> None:
+    server.answer("Route", FakeAnswer(content={"datasource": "chinook", "confidence": 0.9}, pace_s=0.05))
+    client = make_client(server)
+    with pytest.raises(AnswerAbandoned):
+        client.structured("resolver", MESSAGES, Route, abandon_when=lambda partial: partial.get("datasource")
+                          == "chinook")
+    (body,) = server.requests
+    assert body["stream"] is True and body["tool_choice"] == {"type": "tool", "name": "Route"}
+    assert server.wait_for_disconnects() and server.disconnects == ["Route"]
+    server.answer("Route", {"datasource": "support", "confidence": 0.5})
+    assert client.structured("resolver", MESSAGES, Route, abandon_when=lambda partial: partial.get("datasource")
+                             == "chinook") == Route(datasource="support", confidence=0.5)
 
 
 def test_usage_mapping_with_cache_reads_and_writes(server: FakeAnthropicServer) -> None:

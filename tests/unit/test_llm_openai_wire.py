@@ -16,6 +16,7 @@ import pytest
 
 from nl2sql.config.models import LLMConfig
 from nl2sql.llm import (
+    AnswerAbandoned,
     LLMClient,
     LLMParseError,
     LLMProviderError,
@@ -247,6 +248,30 @@ def test_streaming_text_deltas(server: FakeLLMServer) -> None:
     (body,) = server.requests
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert client.records[0].usage == Usage(input_tokens=40, output_tokens=21)
+
+
+def test_a_structured_answer_is_cut_as_soon_as_the_caller_would_set_it_aside(server: FakeLLMServer) -> None:
+    server.answer("PlanModel", FakeAnswer(content=PLAN, pace_s=0.005))
+    client = make_client(server)
+    seen: list[Any] = []
+
+    def has_from(partial: Any) -> bool:
+        seen.append(partial)
+        return "from" in partial
+
+    with pytest.raises(AnswerAbandoned) as caught:
+        client.structured("planner", MESSAGES, PlanModel, abandon_when=has_from)
+    assert caught.value.node == "planner"
+    (body,) = server.requests
+    assert body["stream"] is True
+    assert server.wait_for_disconnects() and server.disconnects == ["PlanModel"]  # the rest was never sent
+    assert seen[-1]["select"] == PLAN["select"] and "joins" not in seen[-1]  # read as far as it went, no further
+    (record,) = client.records
+    assert record.ok and record.usage == Usage() and record.cost_usd is None
+    # an answer the caller keeps is read whole, as when it is not watched
+    server.answer("PlanModel", PLAN)
+    assert client.structured("planner", MESSAGES, PlanModel, abandon_when=lambda partial: False) == \
+        PlanModel.model_validate(PLAN)
 
 
 def test_streaming_without_usage_chunk(server: FakeLLMServer) -> None:
