@@ -462,6 +462,11 @@ class PlannerSettings(Strict):
                            "`resample_temperature`, and its first answer that validates goes on; 0: refining stops "
                            "there.")
     resample_temperature: float = Field(default=0.7, gt=0, le=2, description="The temperature of those samples.")
+    candidates: int = Field(default=1, ge=1, le=8, description="Statements (or plans) the planner proposes for a "
+                            "sub-query: its first answer and samples at `resample_temperature`, each read, validated "
+                            "under the caller's scope and run read-only; the sub-query goes on with one of the largest "
+                            "group that agree on their result (nl2sql.pipeline.candidates). 1: the first answer alone, "
+                            "one model call (each candidate is one more).")
     answer_shape: list[AnswerShapeRule] = Field(
         default_factory=lambda: ["measure", "groups", "key", "ties"], description="What the engine adds to a model's "
         "plan (nl2sql.plan.shape): 'measure', what a ranking ranks by and the aggregate a HAVING filters on; "

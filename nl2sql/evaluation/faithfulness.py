@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nl2sql.evaluation.compare import canonical_value
+from nl2sql.datasources.compare import canonical_value
 
 # A number as an answer writes it: sign, currency, thousands separators, decimals, a percent sign.
 _NUMBER = re.compile(

@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass, field
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
+from nl2sql.datasources.compare import TOLERANCE, canonical_value, rows_match, values_match
 from nl2sql.errors import GENERIC_REFUSAL, UnknownNameError
-from nl2sql.evaluation.compare import TOLERANCE, canonical_value, rows_match, values_match
 from nl2sql.evaluation.faithfulness import check_faithfulness
 from nl2sql.evaluation.suite import EvalCase
 

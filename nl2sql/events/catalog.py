@@ -173,6 +173,18 @@ class PlanCacheLookup(EventData):
     hit: bool
 
 
+class PlannerCandidates(EventData):
+    """The planner's candidates for a sub-query were run and one chosen by agreement of results (no rows, no SQL)."""
+
+    sub_query_id: str | None = None
+    datasource_id: str
+    drawn: int
+    ran: int
+    groups: list[int]  # how many candidates agree on each result, largest first
+    chosen: int  # 0: the planner's first answer; then its samples, in the order drawn
+    failures: dict[str, int] = {}  # error code → candidates that did not read, validate or run
+
+
 class RunLimitReached(EventData):
     """A question reached one of its limits (time, model calls, dollars)."""
 
@@ -273,6 +285,8 @@ CATALOG: dict[str, EventSpec] = {
         EventSpec("llm.parse_retry", LLMParseRetry, description="A structured answer is asked again."),
         EventSpec("llm.changed", LLMChanged, audit=True, description="The models in use changed."),
         EventSpec("plan_cache.lookup", PlanCacheLookup, description="The plan cache was asked."),
+        EventSpec("planner.candidates", PlannerCandidates,
+                  description="The planner's candidates ran and one was chosen."),
         EventSpec("run.limit_reached", RunLimitReached, stream=True, audit=True, description="A limit stopped a run."),
         EventSpec("policy.decision", PolicyDecision, audit=True, description="The role check refused something."),
         EventSpec("hook.decision", HookDecision, stream=True, audit=True, description="A hook decided."),

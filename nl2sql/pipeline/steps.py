@@ -18,6 +18,7 @@ from typing import Any
 
 from nl2sql.aggregate import CombineSpec, Frame, JoinKeyPair, combine
 from nl2sql.datasources.checked import run_checked_sql
+from nl2sql.datasources.compare import result_key
 from nl2sql.datasources.models import TableInfo
 from nl2sql.errors import (
     IndexNotBuilt,
@@ -32,6 +33,7 @@ from nl2sql.index.retrieve import LiveIndex, RetrievedSchema
 from nl2sql.index.route import Routing, backed_by_routing, without_evidence
 from nl2sql.llm.models import AnswerAbandoned, LLMParseError, Message
 from nl2sql.pipeline import prompts
+from nl2sql.pipeline.candidates import Candidate, choose_candidate, group_sizes
 from nl2sql.pipeline.result import RunWarning
 from nl2sql.pipeline.runtime import RunContext
 from nl2sql.pipeline.state import ExpectedColumn, Flagged, RunState, SubQuery
@@ -357,13 +359,100 @@ def plan_sub_query(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
         written = prompts.sql_answer(ctx.llm.text("planner", messages))
         if written.cannot_answer and not written.sql.strip():  # a statement written stands: words are not a verdict
             raise not_answerable(ctx, state, "planner")
-        _read_written_sql(ctx, sq, written.sql)
+        sql = written.sql
+        if candidates_drawn(ctx, state) > 1:
+            drafts = sampled_candidates(ctx, sq, lambda seed: sampled_statement(ctx, messages, seed))
+            sql = chosen_by_execution(ctx, state, sq, [sql, *drafts])
+        _read_written_sql(ctx, sq, sql)
         return
     answer = ctx.llm.structured("planner", messages, prompts.PlannerPlan, schema_name="PlanModel",
                                 enums=_table_enum(sq))
     if answer.cannot_answer and not answer.select:  # a plan written stands (a strict schema makes the field required)
         raise not_answerable(ctx, state, "planner")
     sq.plan = PlanModel.model_validate(answer.model_dump(by_alias=True, exclude={"cannot_answer"}))
+    if candidates_drawn(ctx, state) > 1:
+        drafts = [sq.plan.model_dump_json(by_alias=True),
+                  *sampled_candidates(ctx, sq, lambda seed: sampled_plan(ctx, sq, messages, seed))]
+        sq.plan = PlanModel.model_validate_json(chosen_by_execution(ctx, state, sq, drafts))
+
+
+def candidates_drawn(ctx: RunContext, state: RunState) -> int:
+    """`planner.candidates`, where the candidates may run: a run that executes, with no hook watching execute.before
+    (an approver sees every statement that runs; a candidate's would run before any approval); else 1."""
+    if not state.execute or ctx.hooks.at("execute.before"):
+        return 1
+    return ctx.config.settings.pipeline.planner.candidates
+
+
+def sampled_candidates(ctx: RunContext, sq: SubQuery, draw: Callable[[int], str]) -> list[str]:
+    """The planner's further candidates: `planner.candidates` - 1 drawn by `draw(seed)`, each its own seed, as many
+    as the run's model calls allow."""
+    drafts = []
+    for _ in range(ctx.config.settings.pipeline.planner.candidates - 1):
+        if ctx.llm.budget.calls_left() == 0:
+            break
+        sq.samples += 1
+        drafts.append(draw(sq.samples))
+    return drafts
+
+
+def sampled_statement(ctx: RunContext, messages: list[Message], seed: int) -> str:
+    """A statement from the planner sampled at `planner.resample_temperature` (the `sql` format)."""
+    text = ctx.llm.text("planner", messages, temperature=ctx.config.settings.pipeline.planner.resample_temperature,
+                        seed=seed)
+    return prompts.sql_answer(text).sql
+
+
+def sampled_plan(ctx: RunContext, sq: SubQuery, messages: list[Message], seed: int) -> str:
+    """A plan from the planner sampled at `planner.resample_temperature`, as JSON ("" for an answer that cannot
+    answer or does not read: a candidate that did not read)."""
+    try:
+        answer = ctx.llm.structured("planner", messages, prompts.PlannerPlan, schema_name="PlanModel",
+                                    enums=_table_enum(sq), seed=seed, max_parse_retries=0,
+                                    temperature=ctx.config.settings.pipeline.planner.resample_temperature)
+    except LLMParseError:
+        return ""
+    if answer.cannot_answer and not answer.select:
+        return ""
+    return json.dumps(answer.model_dump(by_alias=True, exclude={"cannot_answer"}))
+
+
+def chosen_by_execution(ctx: RunContext, state: RunState, sq: SubQuery, drafts: list[str]) -> str:
+    """The candidate the sub-query goes on with (`candidates.choose_candidate`), each of `drafts` (the first the
+    planner's own answer) read into a plan, validated under the caller's scope and run read-only within the usual
+    bounds; one that fails is never run further, and is not offered again by the refiner."""
+    outcomes = [_ran_candidate(ctx, state, sq, i, draft) for i, draft in enumerate(drafts)]
+    chosen = choose_candidate(outcomes)
+    failures = Counter(c.error_code for c in outcomes if c.error_code is not None)
+    ctx.trace.publish("planner.candidates", sub_query_id=sq.id, datasource_id=sq.datasource_id, drawn=len(outcomes),
+                      ran=sum(c.ran for c in outcomes), groups=group_sizes(outcomes), chosen=chosen,
+                      failures=dict(failures))
+    key = _sql_key if _writes_sql(ctx) else (lambda draft: _plan_key(json.loads(draft)) if draft else "")
+    sq.tried_plans.update(key(c.written) for c in outcomes if c.error_code is not None and c.index != chosen)
+    return drafts[chosen]
+
+
+def _ran_candidate(ctx: RunContext, state: RunState, sq: SubQuery, index: int, draft: str) -> Candidate:
+    """One candidate read into a plan, validated under the caller's scope and run like the sub-query's own statement
+    (guarded, read-only, the row limit, the statement timeout within the run's time)."""
+    live = ctx.index.live(sq.datasource_id)
+    if not draft.strip():
+        return Candidate(index, draft, error_code="PLAN_UNSUPPORTED")  # no statement (or plan) in the answer
+    if live is None or live.snapshot is None:
+        return Candidate(index, draft, error_code=IndexNotBuilt.code)
+    caller = scope(ctx.config.policies, state.roles, sq.datasource_id)
+    try:
+        plan = _plan_of_sql(ctx, sq.datasource_id, draft) if _writes_sql(ctx) else PlanModel.model_validate_json(draft)
+        validated = validate_plan(plan, live.snapshot, caller, sq.question)
+        sql = generate_sql(validated.plan, _dialect(ctx, sq), schemas=validated.schemas)
+        result = run_checked_sql(ctx.catalog.get(sq.datasource_id), sql, caller,
+                                 row_limit=ctx.config.settings.pipeline.row_limit, timeout_s=statement_timeout(ctx))
+    except NL2SQLError as exc:
+        return Candidate(index, draft, error_code=exc.code)
+    except ValueError:  # a sampled plan that does not read as a plan
+        return Candidate(index, draft, error_code="PLAN_INVALID")
+    rows = [tuple(row) for row in result.plain_frame().values.tolist()]
+    return Candidate(index, draft, result=result_key(rows), rows=len(rows))
 
 
 def shared_prefix(ctx: RunContext, state: RunState, datasource_id: str, schema: RetrievedSchema) -> prompts.SharedPrefix:

@@ -19,7 +19,7 @@ import pytest
 
 from nl2sql.config import Config
 from nl2sql.datasources import Adapter, SchemaSnapshot, adapter_class
-from nl2sql.evaluation.compare import rows_match
+from nl2sql.datasources.compare import rows_match
 from nl2sql.plan import PlanModel, generate_sql, validate_plan
 from nl2sql.policies import Scope, scope
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from nl2sql.datasources.compare import rows_match
 from nl2sql.errors import GENERIC_REFUSAL, UnknownNameError
-from nl2sql.evaluation.compare import rows_match
 from nl2sql.evaluation.scorers import SCORERS, CaseRun, Score, lenient_match, score_run, scorer
 from nl2sql.evaluation.suite import EvalCase
 from nl2sql.pipeline.result import Answer, CombinedResult, QueryResult, RunError, SubQueryResult

@@ -20,8 +20,8 @@ import pytest
 
 from nl2sql.config import Config
 from nl2sql.datasources import Adapter, DatasourceCatalog, SchemaSnapshot, guard_sql, tables_read
+from nl2sql.datasources.compare import rows_match
 from nl2sql.errors import ConfigError
-from nl2sql.evaluation.compare import rows_match
 from nl2sql.evaluation.regenerate import plain_value, regenerate
 from nl2sql.evaluation.suite import CHINOOK_TAGS, EvalCase, EvalSuite, load_suite
 from nl2sql.plan import PlanModel, generate_sql, validate_plan

@@ -1,4 +1,5 @@
-"""Comparing result rows the way the evals do: by value, numbers within a tolerance, order only when it matters.
+"""Comparing result rows the way the evals do (and the planner's candidates are grouped): by value, numbers within a
+tolerance, order only when it matters.
 
 A number matches a number within `tolerance` (0.005 by default) and a string that spells a
 number; dates and timestamps compare by their ISO text, a midnight timestamp equal to its date;
@@ -84,3 +85,15 @@ def rows_match(left: Sequence[Sequence[Any]], right: Sequence[Sequence[Any]], *,
         len(a) == len(b) and all(values_match(x, y, tolerance=tolerance) for x, y in zip(a, b, strict=True))
         for a, b in zip(left, right, strict=True)
     )
+
+
+def result_key(rows: Sequence[Sequence[Any]]) -> tuple:
+    """One key per result, whatever its rows' order: the same rows under the rules (numbers to 2 places) give the
+    same key; a result's width is part of it.
+
+    >>> result_key([("Rock", 2), ("Jazz", 1.0)]) == result_key([("Jazz", "1"), ("Rock", 2.001)])
+    True
+    >>> result_key([("Rock",)]) == result_key([("Rock", 1)])
+    False
+    """
+    return len(rows[0]) if rows else 0, tuple(sorted(_sort_key(row) for row in rows))
