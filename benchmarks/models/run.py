@@ -173,6 +173,8 @@ def _args() -> argparse.Namespace:
                         help="settings.pipeline.synthesizer_follows_planner (with --synthesizer on).")
     parser.add_argument("--answer-shape", default=None, help="settings.pipeline.planner.answer_shape, comma-separated "
                         "(measure,groups,key,ties); none: the plan as the model wrote it (default: the project's).")
+    parser.add_argument("--candidates", type=int, default=None, help="settings.pipeline.planner.candidates (default: "
+                        "the project's).")
     parser.add_argument("--systems", default="engine,direct,direct_ddl")
     parser.add_argument("--batch", type=int, default=8, help="Cases per eval run (the output is written after each).")
     parser.add_argument("--project", help="A demo project already indexed (default: a fresh one).")
@@ -187,7 +189,8 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
             "run_timeout_s": args.run_timeout_s, "synthesizer": args.synthesizer,
             "synthesizer_follows_planner": args.synthesizer_follows_planner, "examples_chosen": args.examples_chosen,
             "whole_schema_columns": args.whole_schema_columns, "spider": args.spider, "seed": args.seed if args.spider else None,
-            "engine_checkout": args.engine_checkout, "answer_shape": args.answer_shape}
+            "engine_checkout": args.engine_checkout, "answer_shape": args.answer_shape,
+            "candidates": args.candidates}
 
 
 def _llm_section(args: argparse.Namespace) -> dict[str, Any]:
@@ -226,6 +229,8 @@ def _configured(source: Path, target: Path, args: argparse.Namespace) -> Path:
         pipeline["answerability_check"] = args.answerability_check == "on"
     if args.examples_chosen:
         planner["examples_chosen"] = args.examples_chosen
+    if args.candidates is not None:
+        planner["candidates"] = args.candidates
     if args.answer_shape is not None:
         planner["answer_shape"] = [] if args.answer_shape == "none" else args.answer_shape.split(",")
     if args.synthesizer_follows_planner:

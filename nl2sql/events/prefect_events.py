@@ -42,6 +42,7 @@ FORWARDED_FIELDS: dict[str, frozenset[str]] = {
     "llm.parse_retry": _all("node", "attempt"),  # validation messages may echo what the model wrote
     "llm.changed": _all("nodes"),
     "plan_cache.lookup": _all("sub_query_id", "datasource_id", "hit"),
+    "planner.candidates": _all("sub_query_id", "datasource_id", "drawn", "ran", "groups", "chosen", "failures"),
     "run.limit_reached": _all("limit", "setting", "message"),
     "policy.decision": _all("decision", "step", "datasource_id", "roles", "rule"),
     "hook.decision": _all("hook", "point", "decision", "sub_query_id"),  # a reason may quote the rows it saw
