@@ -445,13 +445,11 @@ def _ran_candidate(ctx: RunContext, state: RunState, sq: SubQuery, index: int, d
         plan = _plan_of_sql(ctx, sq.datasource_id, draft) if _writes_sql(ctx) else PlanModel.model_validate_json(draft)
         validated = validate_plan(plan, live.snapshot, caller, sq.question)
         sql = generate_sql(validated.plan, _dialect(ctx, sq), schemas=validated.schemas)
-        result = run_checked_sql(ctx.catalog.get(sq.datasource_id), sql, caller,
-                                 row_limit=ctx.config.settings.pipeline.row_limit, timeout_s=statement_timeout(ctx))
+        rows = read_only_rows(ctx, state, sq.datasource_id, sql, ctx.config.settings.pipeline.row_limit)
     except NL2SQLError as exc:
         return Candidate(index, draft, error_code=exc.code)
     except ValueError:  # a sampled plan that does not read as a plan
         return Candidate(index, draft, error_code="PLAN_INVALID")
-    rows = [tuple(row) for row in result.plain_frame().values.tolist()]
     return Candidate(index, draft, result=result_key(rows), rows=len(rows))
 
 
@@ -699,15 +697,20 @@ def profiled_values(live: LiveIndex, item: LiteralFilter) -> list[str]:
 def _probe(ctx: RunContext, state: RunState, sq: SubQuery) -> Probe:
     """Runs a check's probe like the sub-query's own statement: guarded, under the caller's scope, read-only,
     within the statement timeout and the run's time."""
-    adapter = ctx.catalog.get(sq.datasource_id)
-    caller = scope(ctx.config.policies, state.roles, sq.datasource_id)
+    dialect = ctx.catalog.get(sq.datasource_id).dialect
 
     def probe(tree: Any, limit: int) -> list[tuple[Any, ...]]:
-        result = run_checked_sql(adapter, tree.sql(dialect=adapter.dialect), caller, row_limit=limit,
-                                 timeout_s=statement_timeout(ctx))
-        return [tuple(row) for row in result.plain_frame().values.tolist()]
+        return read_only_rows(ctx, state, sq.datasource_id, tree.sql(dialect=dialect), limit)
 
     return probe
+
+
+def read_only_rows(ctx: RunContext, state: RunState, datasource_id: str, sql: str, limit: int) -> list[tuple[Any, ...]]:
+    """The rows of a statement the engine runs for itself (a check's probe, a planner's candidate), run like the
+    sub-query's own: guarded, under the caller's scope, read-only, within the statement timeout and the run's time."""
+    result = run_checked_sql(ctx.catalog.get(datasource_id), sql, scope(ctx.config.policies, state.roles, datasource_id),
+                             row_limit=limit, timeout_s=statement_timeout(ctx))
+    return [tuple(row) for row in result.plain_frame().values.tolist()]
 
 
 def refine(ctx: RunContext, state: RunState, sq: SubQuery) -> None:
@@ -777,8 +780,7 @@ def resampled_sql(ctx: RunContext, state: RunState, sq: SubQuery, asked: list[Me
         if ctx.llm.budget.calls_left() == 0:
             return None
         sq.samples += 1  # each sample its own seed: a later round draws new ones
-        text = ctx.llm.text("planner", asked, temperature=settings.resample_temperature, seed=sq.samples)
-        sql = prompts.sql_answer(text).sql
+        sql = sampled_statement(ctx, asked, sq.samples)
         if not sql or _sql_key(sql) in sq.tried_plans:
             continue
         sq.tried_plans.add(_sql_key(sql))
