@@ -65,6 +65,8 @@ class CaseRecord:
     #: Seconds from the question to the SQL that answered, and to its rows (None: no rows were read).
     time_to_sql_s: float | None = None
     time_to_rows_s: float | None = None
+    #: Seconds the run waited for its models (what settings.pipeline.timeout_s does not count).
+    model_s: float | None = None
 
     @property
     def passed(self) -> bool:

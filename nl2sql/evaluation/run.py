@@ -164,7 +164,8 @@ def record_of(job: EvalJob, run: CaseRun, scores: dict[str, Score]) -> CaseRecor
         repairs=sum(code.endswith(REPAIR_SUFFIX) for code in warnings) if asked else None, warnings=warnings,
         llm_calls=(result.llm_calls if result else counts.get("llm_calls", 0)) if asked else None,
         time_to_sql_s=_seconds(result.time_to_sql_ms) if result else None,
-        time_to_rows_s=_seconds(result.time_to_rows_ms) if result else None)
+        time_to_rows_s=_seconds(result.time_to_rows_ms) if result else None,
+        model_s=_seconds(result.model_ms) if result else None)
 
 
 def _seconds(ms: float | None) -> float | None:

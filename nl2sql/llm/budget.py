@@ -11,6 +11,7 @@ nl2sql.llm.models.LimitReached: The question reached its limit of 1 model call (
 from __future__ import annotations
 
 import threading
+from contextlib import AbstractContextManager, nullcontext
 
 from nl2sql.llm.models import LimitReached
 
@@ -49,6 +50,11 @@ class Budget:
                     limit="max_cost_usd", setting=f"{self.setting_prefix}.max_cost_usd")
                 raise self.stop
             self.calls += 1
+
+    def calling(self) -> AbstractContextManager[object]:
+        """Held while a call is in flight (a run's budget stands its clock still: the model's time is bounded
+        apart)."""
+        return nullcontext()
 
     def calls_left(self) -> int | None:
         """Model calls left under max_llm_calls (None: no cap on calls)."""

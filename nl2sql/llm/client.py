@@ -185,7 +185,7 @@ class LLMClient:
         prompt_chars = sum(len(m.content) for m in request.messages)
         started = time.perf_counter()
         try:
-            with _call_slot(wire.config):
+            with _call_slot(wire.config), self.budget.calling():
                 response = wire.complete(request, on_delta=on_delta)
         except AnswerAbandoned:  # the caller's choice, not a failure; a cut stream reports no usage
             self._record(CallRecord(node=node, model=wire.config.model, provider=wire.provider, usage=Usage(),

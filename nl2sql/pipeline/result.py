@@ -99,6 +99,8 @@ class QueryResult(BaseModel):
     cost_usd: float | None = None
     llm_calls: int = 0
     duration_ms: float = 0.0
+    model_ms: float = Field(default=0.0, description="How long the run waited for its models (a call in flight; "
+                            "settings.pipeline.timeout_s does not count it).")
     time_to_sql_ms: float | None = Field(default=None, description="When the SQL that answered was written (the "
                                          "run's clock; an approver's wait not counted).")
     time_to_rows_ms: float | None = Field(default=None, description="When its rows were read.")

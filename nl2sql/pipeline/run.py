@@ -264,7 +264,7 @@ def build_result(ctx: RunContext, state: RunState) -> QueryResult:
                        sub_queries=subs, combined=combined, warnings=state.warnings, errors=state.errors,
                        approvals=state.pending,
                        usage=usage.model_dump(), cost_usd=ctx.llm.cost_usd(), llm_calls=len(ctx.llm.records),
-                       duration_ms=round(ctx.trace.elapsed_ms(), 2),
+                       duration_ms=round(ctx.trace.elapsed_ms(), 2), model_ms=round(ctx.trace.model_time_s() * 1000, 2),
                        time_to_sql_ms=state.milestones_ms.get("sql"), time_to_rows_ms=state.milestones_ms.get("rows"),
                        time_to_answer_ms=state.milestones_ms.get("answer"))
 

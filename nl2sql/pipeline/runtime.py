@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,10 +48,15 @@ class RunBudget(Budget):
             self.stop = timeout_stop(self.trace.timeout_s or 0)
         super().before_call()
 
+    def calling(self) -> AbstractContextManager[object]:
+        """The run's clock stands still while a model answers (`RunTrace.waiting_for_a_model`)."""
+        return self.trace.waiting_for_a_model()
+
 
 def timeout_stop(timeout_s: float) -> LimitReached:
     """The stop of a run that used up its time."""
-    return LimitReached(f"The question reached its time limit of {timeout_s:g} s (settings.pipeline.timeout_s).",
+    return LimitReached(f"The question reached its time limit of {timeout_s:g} s of its own, the time it waited for "
+                        "models not counted (settings.pipeline.timeout_s).",
                         limit="timeout_s", setting="settings.pipeline.timeout_s")
 
 

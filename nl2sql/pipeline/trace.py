@@ -55,6 +55,9 @@ class RunTrace:
         self.deadline = self.started_at + timeout_s if timeout_s else None
         self.timeout_s = timeout_s
         self.waited_s = 0.0  # time spent waiting for a person (an approver): not the run's own time
+        self.model_s = 0.0  # time with a model call in flight (bounded apart: each call's timeout, the call cap)
+        self._calls_in_flight = 0
+        self._model_since = 0.0
         self.closed = False
         self._lock = threading.RLock()
         install_trace_ids()
@@ -97,8 +100,32 @@ class RunTrace:
     # --- time --------------------------------------------------------------------------------
 
     def remaining_s(self) -> float | None:
-        """Seconds left before the run's time limit (None without one); time waiting for a person does not count."""
-        return None if self.deadline is None else self.deadline + self.waited_s - time.monotonic()
+        """Seconds left before the run's time limit (None without one); time waiting for a person or for a model
+        does not count."""
+        return None if self.deadline is None else self.deadline + self.waited_s + self.model_time_s() - time.monotonic()
+
+    def model_time_s(self) -> float:
+        """Seconds this run has had at least one model call in flight (calls of parallel sub-queries overlap)."""
+        with self._lock:
+            in_flight = time.monotonic() - self._model_since if self._calls_in_flight else 0.0
+            return self.model_s + in_flight
+
+    @contextmanager
+    def waiting_for_a_model(self) -> Iterator[None]:
+        """The run's clock stands still inside: a model call is bounded by its own deadline (`llm.models.*.timeout_s`)
+        and the run's calls by `settings.pipeline.max_llm_calls`, so a slow local model still writing its answer is
+        never cut by the run's `settings.pipeline.timeout_s`, which bounds the engine's own time."""
+        with self._lock:
+            if not self._calls_in_flight:
+                self._model_since = time.monotonic()
+            self._calls_in_flight += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._calls_in_flight -= 1
+                if not self._calls_in_flight:
+                    self.model_s += time.monotonic() - self._model_since
 
     @contextmanager
     def waiting_for_a_person(self) -> Iterator[None]:

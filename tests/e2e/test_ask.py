@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -283,12 +284,26 @@ def test_the_call_limit_stops_the_run_and_says_which_limit(project: Config, mode
     assert [e.data["limit"] for e in events if e.name == "run.limit_reached"] == ["max_llm_calls"]
 
 
-def test_the_time_limit_stops_the_run(project: Config, model: ModelScript) -> None:
-    question = "Show me the genres."
+def test_the_time_limit_counts_the_engines_time_not_the_models(project: Config, model: ModelScript,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    question, limit_s = "Show me the genres.", 3.0
     model.plan(question, GENRES_PLAN)
-    model.queue("PlanModel", FakeAnswer(content=GENRES_PLAN, delay_s=1.2))
-    result = ask(project, question, "viewer", settings={"timeout_s": 1.0, "plan_cache": False})
+    # a slow model still writing its plan is not cut: its time is bounded by the call's own deadline
+    model.queue("PlanModel", FakeAnswer(content=GENRES_PLAN, delay_s=limit_s + 0.5))
+    result = ask(project, question, "viewer", settings={"timeout_s": limit_s, "plan_cache": False})
+    assert result.status == "success", result.errors
+    assert result.model_ms >= (limit_s + 0.5) * 1000 and result.duration_ms > limit_s * 1000
+    # the engine's own time is bounded: a schema read slower than the limit stops the run before its next step
+    retrieve = IndexService.retrieve_schema
+
+    def slow_retrieval(self: IndexService, *args: object, **kwargs: object) -> object:
+        time.sleep(limit_s + 0.5)
+        return retrieve(self, *args, **kwargs)
+
+    monkeypatch.setattr(IndexService, "retrieve_schema", slow_retrieval)
+    result = ask(project, question, "viewer", settings={"timeout_s": limit_s, "plan_cache": False})
     assert result.status == "stopped" and "settings.pipeline.timeout_s" in result.answer.content
+    assert "the time it waited for models not counted" in result.answer.content
 
 
 def test_too_many_sub_queries_is_too_broad(project: Config, model: ModelScript) -> None:
@@ -887,21 +902,30 @@ def asked_tables(body: dict) -> str:
     return next(m["content"] for m in body["messages"] if m["role"] == "user")
 
 
-def test_a_models_list_gets_its_key_and_a_ranking_its_measure(project: Config, model: ModelScript) -> None:
+def test_a_ranking_cut_by_limit_is_stable_and_key_and_measure_are_asked_for(project: Config,
+                                                                            model: ModelScript) -> None:
     listed, ranked = "Which tracks are called Symphony something?", "Which composer wrote the most songs?"
     answer_sql(model, "planner", {listed: "SELECT Name FROM Track WHERE Name LIKE 'Symphony%'",
                                   ranked: "SELECT Composer FROM Track GROUP BY Composer ORDER BY COUNT(*) DESC LIMIT 1"})
+    # by default the answer has the columns the model chose, and a cut by LIMIT 1 is made stable
     result = ask(project, listed, "viewer", settings=SQL_FORMAT)
     assert result.status == "success", result.errors
+    assert result.sub_queries[0].columns == ["Name"] and result.sub_queries[0].total_rows == 8 and not result.warnings
+    result = ask(project, ranked, "viewer", settings=SQL_FORMAT)
+    assert result.sub_queries[0].columns == ["Composer"] and result.sub_queries[0].rows == [[None]]
+    assert [w.code for w in result.warnings] == ["ANSWER_SHAPED", "ALL_NULL_COLUMN"]
+    assert "ties broken on Track.Composer" in result.warnings[0].message
+    # asked for: a list gets its table's key, a ranking its measure
+    every_rule = {"plan_cache": False,
+                  "planner": PlannerSettings(format="sql", answer_shape=["measure", "groups", "key", "ties"])}
+    result = ask(project, listed, "viewer", settings=every_rule)
     assert result.sub_queries[0].columns == ["track_id", "Name"] and result.sub_queries[0].total_rows == 8
     assert [w.code for w in result.warnings] == ["ANSWER_SHAPED"] and "track_id" in result.warnings[0].message
-    result = ask(project, ranked, "viewer", settings=SQL_FORMAT)
+    result = ask(project, ranked, "viewer", settings=every_rule)
     # the count says why the "composer" is NULL: 978 tracks have none recorded
     assert result.sub_queries[0].columns == ["Composer", "count"] and result.sub_queries[0].rows == [[None, 978]]
-    shaped = next(w for w in result.warnings if w.code == "ANSWER_SHAPED")
-    assert "ties broken on Track.Composer" in shaped.message  # a cut by LIMIT 1, made stable
-    assert [w.code for w in result.warnings] == ["ANSWER_SHAPED", "ALL_NULL_COLUMN"]  # and the NULL is said
+    assert "ties broken on Track.Composer" in result.warnings[0].message
     # as written, with the rules off
-    result = ask(project, listed, "viewer", settings={
+    result = ask(project, ranked, "viewer", settings={
         "plan_cache": False, "planner": PlannerSettings(format="sql", answer_shape=[])})
-    assert result.sub_queries[0].columns == ["Name"] and not result.warnings
+    assert result.sub_queries[0].columns == ["Composer"] and "ANSWER_SHAPED" not in [w.code for w in result.warnings]

@@ -285,3 +285,29 @@ def test_unknown_node() -> None:
     assert "'planner'" in str(info.value)  # did you mean
     with pytest.raises(UnknownNameError):
         client.text("summariser", MESSAGES)
+
+
+def test_a_runs_clock_stands_still_while_its_models_answer_and_overlapping_calls_count_once() -> None:
+    import threading
+    import time
+
+    from nl2sql.pipeline.trace import RunTrace
+
+    trace = RunTrace("t-model-time", timeout_s=60)
+    left_before = trace.remaining_s()
+    assert left_before is not None
+    both_in = threading.Barrier(2)
+
+    def call() -> None:
+        with trace.waiting_for_a_model():
+            both_in.wait()
+            time.sleep(0.3)
+
+    threads = [threading.Thread(target=call) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # two parallel sub-queries' calls: 0.3 s of the model's time, not 0.6 s, and none of it the run's own
+    assert 0.3 <= trace.model_time_s() < 0.55
+    assert left_before - trace.remaining_s() < 0.2  # type: ignore[operator]
