@@ -1,8 +1,8 @@
 """The shape of an answer: what a model's plan leaves out that the asker needs to read the answer, and a stable
 order.
 
-Four rules, each optional (`settings.pipeline.planner.answer_shape`), applied to a model's validated plan
-(never to a verified query's or a cached one's):
+Four rules, each optional (`settings.pipeline.planner.answer_shape`; `groups` and `ties` by default, as measured:
+docs/models.md), applied to a model's validated plan (never to a verified query's or a cached one's):
 
 - `measure`: a ranking shows what it ranks by, and a filter on an aggregate shows the aggregate. "Which
   composer wrote the most tracks?" planned as `SELECT Composer … ORDER BY COUNT(*) DESC LIMIT 1` answers

@@ -43,7 +43,7 @@ def model(fake: FakeLLMServer) -> ModelScript:
 
 def comparable(result: QueryResult) -> dict:
     """A result without what differs between any two runs (ids, clocks)."""
-    clocks = {"duration_ms", "time_to_sql_ms", "time_to_rows_ms", "time_to_answer_ms"}
+    clocks = {"duration_ms", "model_ms", "time_to_sql_ms", "time_to_rows_ms", "time_to_answer_ms"}
     data = result.model_dump(mode="json", exclude={"trace_id", *clocks})
     return data
 
