@@ -89,6 +89,19 @@ class VerifiedQueryConfig(Strict):
         return self
 
 
+class ExampleQuestionConfig(Strict):
+    """A question with reviewed SQL that the planner is shown as a worked example and never answers from."""
+
+    question: str = Field(description="The question, as an asker would put it.")
+    sql: str = Field(description="One SELECT in the datasource's dialect that answers it.")
+    description: str = Field(default="", description="What it teaches (for the people who keep it).")
+
+    @property
+    def parameters(self) -> dict[str, ParameterConfig]:
+        """None: an example is shown as written, never filled in."""
+        return {}
+
+
 class DatasourceConfig(Strict):
     """One database the engine may query."""
 
@@ -103,6 +116,10 @@ class DatasourceConfig(Strict):
     verified_queries: list[VerifiedQueryConfig] = Field(
         default_factory=list, description="Reviewed questions and SQL, answered without a model."
     )
+    example_questions: list[ExampleQuestionConfig] = Field(
+        default_factory=list, description="Reviewed questions and SQL shown to the planner as worked examples, never "
+        "answered from; a caller is shown one only when it may read every table its SQL reads "
+        "(settings.pipeline.planner.examples).")
     max_result_bytes: int | None = Field(default=None, ge=1024, description="Bytes of result one statement may "
                                          "fetch here (default: settings.resources.max_result_bytes).")
 
@@ -450,9 +467,10 @@ class PlannerSettings(Strict):
         default="sql", description="'sql': one SELECT in the datasource's dialect, read into a plan by the engine "
         "(nl2sql.plan.from_sql), then validated and rendered like any plan (measured best: docs/models.md); "
         "'plan': the typed plan as JSON (the plan language is shown in the prompt).")
-    examples: int = Field(default=3, ge=0, le=10, description="Worked examples in the planner's prompt: the verified "
-                          "queries of the sub-query's datasource the caller may read (those without parameters), "
-                          "chosen as `examples_chosen` says, as plans or SQL in the format; 0 shows none.")
+    examples: int = Field(default=3, ge=0, le=10, description="Worked examples in the planner's prompt: the example "
+                          "questions, then the verified queries (those without parameters), of the sub-query's "
+                          "datasource that the caller may read, chosen as `examples_chosen` says, as plans or SQL in "
+                          "the format; 0 shows none.")
     examples_chosen: Literal["nearest", "fixed"] = Field(
         default="fixed", description="Which worked examples: 'fixed', the first of them in the configuration's "
         "order, the same for every question and part of the prefix every call about the datasource shares (a model "

@@ -66,12 +66,14 @@ def _check_url(raw: str, file: str, where: str) -> list[ConfigProblem]:
 
 
 def _check_verified_sql(ds: Any, file: str, where: str) -> list[ConfigProblem]:
-    """Each verified query's SQL passes the SQL guard (one read-only SELECT) for its datasource's dialect."""
+    """Each verified query's and example question's SQL passes the SQL guard (one read-only SELECT) for its
+    datasource's dialect."""
     problems = []
-    for index, query in enumerate(ds.verified_queries):
-        try:
-            guard_sql(query.sql, ds.dialect or "")
-        except SQLRejected as exc:
-            problems.append(ConfigProblem(file, f"{where}.verified_queries[{index}].sql", exc.message.rstrip("."),
-                                          exc.fix or "write one SELECT statement that only reads data"))
+    for key in ("verified_queries", "example_questions"):
+        for index, query in enumerate(getattr(ds, key)):
+            try:
+                guard_sql(query.sql, ds.dialect or "")
+            except SQLRejected as exc:
+                problems.append(ConfigProblem(file, f"{where}.{key}[{index}].sql", exc.message.rstrip("."),
+                                              exc.fix or "write one SELECT statement that only reads data"))
     return problems

@@ -15,12 +15,12 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from nl2sql.config.models import Config, LLMConfig, ModelConfig, PriceConfig, VerifiedQueryConfig
+from nl2sql.config.models import Config, ExampleQuestionConfig, LLMConfig, ModelConfig, PriceConfig
 from nl2sql.errors import ConfigError, ConfigProblem, EngineFault, NL2SQLError, did_you_mean
 from nl2sql.evaluation.gold_llm import GoldModel
 from nl2sql.evaluation.report import REPAIR_SUFFIX, CaseRecord, build_report
@@ -78,18 +78,18 @@ def eval_config(config: Config, llm: LLMConfig | None = None,
                 examples: Sequence[EvalCase] = (), *, gold: bool = False) -> Config:
     """The project's configuration as an eval runs it: no verified answers, no plan cache, no hooks, no
     observers, and every row of a result kept for scoring. The project's verified queries are dropped (a suite's
-    questions may be among them); `examples`, cases of another suite, take their place as the planner's worked
-    examples only (`curated.answer` off: they never answer). With `gold`, the planner writes plans (the gold
-    model answers with the cases' gold plans)."""
+    questions may be among them); its example questions stay, the worked examples a user's planner is shown
+    (`examples_asking_the_suite` refuses one that asks a suite's question), unless `examples`, cases of another
+    suite, replace them. With `gold`, the planner writes plans (the gold model answers with the cases' gold
+    plans)."""
     update_pipeline: dict[str, Any] = {"plan_cache": False, "preview_rows": config.settings.pipeline.row_limit}
     if gold:
         update_pipeline["planner"] = config.settings.pipeline.planner.model_copy(update={"format": "plan"})
     pipeline = config.settings.pipeline.model_copy(update=update_pipeline)
-    curated = config.settings.curated.model_copy(update={"answer": False}) if examples else config.settings.curated
-    settings = config.settings.model_copy(update={"pipeline": pipeline, "curated": curated})
-    datasources = [ds.model_copy(update={"verified_queries": [
-        VerifiedQueryConfig(question=c.question, sql=c.sql) for c in examples if c.datasources[0] == ds.id and c.sql
-    ]}) for ds in config.datasources]
+    settings = config.settings.model_copy(update={"pipeline": pipeline})
+    datasources = [ds.model_copy(update={"verified_queries": [], "example_questions": [
+        ExampleQuestionConfig(question=c.question, sql=c.sql) for c in examples if c.datasources[0] == ds.id and c.sql
+    ] if examples else ds.example_questions}) for ds in config.datasources]
     update: dict[str, Any] = {"settings": settings, "datasources": datasources, "hooks": [], "observers": []}
     if llm is not None:
         update["llm"] = llm
@@ -458,13 +458,30 @@ def worked_examples_from(path: str | Path, suite: EvalSuite, mode: Mode) -> list
         raise ConfigError([ConfigProblem("--examples", "--examples", "worked examples are for mode full",
                                          "leave --examples out")])
     examples = [c for c in load_suite(Path(path)).select() if c.sql and c.kind == "answer"]
-    asked = {" ".join(c.question.lower().split()) for c in suite.cases}
-    seen = [c.id for c in examples if " ".join(c.question.lower().split()) in asked]
+    seen = examples_asking_the_suite({c.id: c.question for c in examples}, suite)
     if seen:
         named = ", ".join(seen[:5]) + (f" and {len(seen) - 5} more" if len(seen) > 5 else "")
         raise ConfigError([ConfigProblem(str(path), "cases", f"{named} ask a question of the suite run",
                                          "take the suite's own questions out of the examples")])
     return examples
+
+
+def examples_asking_the_suite(examples: Mapping[str, str], suite: EvalSuite) -> list[str]:
+    """The names of the worked examples (name: question) that ask one of the suite's questions (case and spacing
+    aside): a suite measures only what the engine has not been shown."""
+    asked = {" ".join(c.question.lower().split()) for c in suite.cases}
+    return [name for name, question in examples.items() if " ".join(question.lower().split()) in asked]
+
+
+def project_examples_checked(config: Config, suite: EvalSuite) -> None:
+    """Refuse (ConfigError) a run whose project shows the planner, as an example question, one the suite asks."""
+    named = {f"datasources[{i}].example_questions[{j}]": example.question
+             for i, ds in enumerate(config.datasources) for j, example in enumerate(ds.example_questions)}
+    seen = examples_asking_the_suite(named, suite)
+    if seen:
+        raise ConfigError([ConfigProblem(str(config.path or "nl2sql.yaml"), where, "asks a question of the suite run",
+                                         "take it out of the example questions, or the case out of the suite")
+                           for where in seen])
 
 
 def evaluate(mode: Mode, config: Config, suite_path: str, *, roles: Sequence[str] | None = None,
@@ -480,7 +497,11 @@ def evaluate(mode: Mode, config: Config, suite_path: str, *, roles: Sequence[str
     suite = checked_suite(path, config)
     cases = select_cases(suite, ids=ids, tags=tags, limit=limit)
     selection = selection_of(ids, tags, limit, cases, len(suite.select()))
-    shown = worked_examples_from(examples, suite, mode) if examples else []
+    if examples:
+        shown = worked_examples_from(examples, suite, mode)
+    else:
+        project_examples_checked(config, suite)
+        shown = []
     session = EvalSession(mode, config, cases, llm=llm, max_cost_usd=max_cost_usd, block_loader=block_loader,
                           examples=shown)
     try:

@@ -477,11 +477,13 @@ def planner_messages(ctx: RunContext, state: RunState, sq: SubQuery) -> list[Mes
 
 def worked_examples(ctx: RunContext, state: RunState, datasource_id: str,
                     question: str | None = None) -> list[tuple[str, str]]:
-    """(question, answer) pairs for the planner's prompt: the verified queries of the datasource that the caller
-    may read and that take no parameters, nearest to `question` first (None: in the configuration's order), each as
-    the planner must answer (its SQL in the `sql` format, its plan read from that SQL in the `plan` format)."""
+    """(question, answer) pairs for the planner's prompt: the example questions, then the verified queries that take
+    no parameters, of the datasource, that the caller may read, nearest to `question` first (None: in that order),
+    each as the planner must answer (its SQL in the `sql` format, its plan read from that SQL in the `plan`
+    format)."""
     wanted = ctx.config.settings.pipeline.planner.examples
-    candidates = [q for q in ctx.verified.readable(state.roles, [datasource_id]) if not q.query.parameters]
+    candidates = ctx.verified.examples(state.roles, datasource_id) + [
+        q for q in ctx.verified.readable(state.roles, [datasource_id]) if not q.query.parameters]
     if not wanted or not candidates:
         return []
     if question is None:

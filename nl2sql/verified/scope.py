@@ -1,11 +1,12 @@
-"""Which verified queries a caller has: those whose every table is in the caller's scope.
+"""Which verified queries (and example questions) a caller has: those whose every table is in the caller's scope.
 
 The tables of a verified query are read once from its SQL (the guard's parse, `tables_read`),
 together with the tables its parameters look values up in (`parameters.*.column`). A query
 whose SQL the guard refuses has no tables and is nobody's: it is never matched, sent or
 counted. Everything that uses verified queries (the matcher, its parameter look-ups, routing
 entries, few-shot examples) takes them from here, so a query over a table the caller may not
-read never shows its SQL, its tables or its values to that caller.
+read never shows its SQL, its tables or its values to that caller. Example questions are kept
+apart (`VerifiedCatalog.examples`): the same scoping, and nothing that answers ever sees them.
 
 >>> from nl2sql.config.models import VerifiedQueryConfig
 >>> query = VerifiedQueryConfig(question="Which customers live in {country}?",
@@ -23,13 +24,13 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from nl2sql.config.models import Config, DatasourceConfig, VerifiedQueryConfig
+from nl2sql.config.models import Config, DatasourceConfig, ExampleQuestionConfig, VerifiedQueryConfig
 from nl2sql.datasources.guard import guard_sql, tables_read
 from nl2sql.errors import NL2SQLError
 from nl2sql.policies import Scope, scope
 
 
-def query_tables(query: VerifiedQueryConfig, dialect: str | None) -> tuple[str, ...] | None:
+def query_tables(query: VerifiedQueryConfig | ExampleQuestionConfig, dialect: str | None) -> tuple[str, ...] | None:
     """Every table the query reads (`schema.table` where its SQL names a schema) and its parameters look
     values up in, in order; None when the guard refuses its SQL."""
     try:
@@ -49,11 +50,11 @@ def allows_table(caller: Scope, table: str) -> bool:
 
 @dataclass(frozen=True)
 class CuratedQuery:
-    """One verified query of one datasource, with the tables it reads."""
+    """One verified query (or example question) of one datasource, with the tables it reads."""
 
     datasource_id: str
     position: int
-    query: VerifiedQueryConfig
+    query: VerifiedQueryConfig | ExampleQuestionConfig
     tables: tuple[str, ...]
 
     def readable_by(self, caller: Scope) -> bool:
@@ -62,10 +63,13 @@ class CuratedQuery:
                 and all(allows_table(caller, t) for t in self.tables))
 
 
-def curated_queries(datasource: DatasourceConfig, dialect: str | None) -> list[CuratedQuery]:
-    """The datasource's verified queries with their tables (a query whose SQL cannot be read left out)."""
+def curated_queries(datasource: DatasourceConfig, dialect: str | None, *,
+                    examples: bool = False) -> list[CuratedQuery]:
+    """The datasource's verified queries (`examples`: its example questions) with their tables (one whose SQL
+    cannot be read left out)."""
     out = []
-    for position, query in enumerate(datasource.verified_queries):
+    listed = datasource.example_questions if examples else datasource.verified_queries
+    for position, query in enumerate(listed):
         tables = query_tables(query, dialect)
         if tables:
             out.append(CuratedQuery(datasource.id, position, query, tables))
@@ -79,18 +83,26 @@ class VerifiedCatalog:
     def __init__(self, config: Config, dialect_of: Callable[[str], str | None]) -> None:
         self.config = config
         self.dialect_of = dialect_of
-        self._queries: dict[str, list[CuratedQuery]] = {}
+        self._queries: dict[tuple[str, bool], list[CuratedQuery]] = {}
         self._lock = threading.Lock()
 
-    def queries(self, datasource_id: str) -> list[CuratedQuery]:
-        """The datasource's verified queries with their tables."""
+    def queries(self, datasource_id: str, *, examples: bool = False) -> list[CuratedQuery]:
+        """The datasource's verified queries (`examples`: its example questions) with their tables."""
+        key = (datasource_id, examples)
         with self._lock:
-            known = self._queries.get(datasource_id)
+            known = self._queries.get(key)
         if known is None:
-            known = curated_queries(self.config.datasource(datasource_id), self.dialect_of(datasource_id))
+            known = curated_queries(self.config.datasource(datasource_id), self.dialect_of(datasource_id),
+                                    examples=examples)
             with self._lock:
-                self._queries[datasource_id] = known
+                self._queries[key] = known
         return known
+
+    def examples(self, roles: Sequence[str] | str | None, datasource_id: str) -> list[CuratedQuery]:
+        """The datasource's example questions the caller may read, in the configuration's order (worked examples
+        only: nothing that answers a question reads them)."""
+        caller = scope(self.config.policies, roles, datasource_id)
+        return [q for q in self.queries(datasource_id, examples=True) if q.readable_by(caller)]
 
     def split(self, roles: Sequence[str] | str | None,
               datasource_ids: Iterable[str]) -> tuple[list[CuratedQuery], list[CuratedQuery]]:

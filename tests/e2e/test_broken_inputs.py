@@ -218,6 +218,9 @@ CORPUS = [
     Broken("datasource-duplicate-id", ds(1, id="chinook"), CONFIG, "datasources[1].id", "duplicate datasource id"),
     Broken("verified-drop-table", verified("DROP TABLE Album"), CONFIG, "datasources[0].verified_queries[7].sql",
            "this statement is a DROP"),
+    Broken("example-delete", cfg(lambda c: c["datasources"][0]["example_questions"].insert(
+        0, {"question": "Empty the albums", "sql": "DELETE FROM Album"})), CONFIG,
+        "datasources[0].example_questions[0].sql", "this statement is a DELETE"),
     Broken("verified-two-statements", verified("SELECT 1; DELETE FROM Album"), CONFIG,
            "datasources[0].verified_queries[7].sql", "Only one statement"),
     Broken("verified-unparsable", verified("SELEC Name FROM"), CONFIG, "datasources[0].verified_queries[7].sql",

@@ -342,6 +342,8 @@ CASES = [
          "name an installed driver", "unknown driver 'nodriver'"),
     Case("verified-sql-drop", ds(0, verified_queries=[{"question": "Drop it", "sql": "DROP TABLE Album"}]), MAIN,
          "datasources[0].verified_queries[0].sql", "Rewrite it as one SELECT", "this statement is a DROP"),
+    Case("example-sql-delete", ds(0, example_questions=[{"question": "Empty it", "sql": "DELETE FROM Album"}]), MAIN,
+         "datasources[0].example_questions[0].sql", "Rewrite it as one SELECT", "this statement is a DELETE"),
     Case("hook-option-typo", at("hooks.0.options", {"tabels": ["chinook.Invoice"]}), MAIN,
          "hooks[0].options.tabels", "did you mean 'tables'?", "unknown option 'tabels'"),
     Case("hook-option-missing", at("hooks", [{"use": "row_limit"}]), MAIN, "hooks[0].options.max_rows",

@@ -198,13 +198,16 @@ def test_another_suites_cases_are_the_planners_examples_and_never_answer(suite: 
     examples = worked_examples_from(DEV, suite, "full")
     assert examples and all(c.sql for c in examples)
     config = eval_config(demo_config, examples=examples)
-    assert config.settings.curated.answer is False
     chinook = next(ds for ds in config.datasources if ds.id == "chinook")
-    assert {q.question for q in chinook.verified_queries} == {c.question for c in examples
-                                                              if c.datasources == ["chinook"]}
-    # without examples: no verified query at all, and the matcher as configured
+    # example questions, which nothing answers from, in place of the project's; no verified query at all
+    assert {q.question for q in chinook.example_questions} == {c.question for c in examples
+                                                               if c.datasources == ["chinook"]}
+    assert all(not ds.verified_queries for ds in config.datasources)
+    # without examples: the project's own example questions, no verified query, the matcher as configured
     plain = eval_config(demo_config)
     assert all(not ds.verified_queries for ds in plain.datasources) and plain.settings.curated.answer
+    assert [ds.example_questions for ds in plain.datasources] == [ds.example_questions
+                                                                  for ds in demo_config.datasources]
 
 
 def test_examples_may_not_ask_the_suites_questions_and_are_for_mode_full(suite: EvalSuite, tmp_path: Path) -> None:
