@@ -295,7 +295,9 @@ class PlanValidator:
         one from the other. Only a slip on a readable table's name (`Tracks`, `customers`: close to one of them,
         compared with readable names alone) is left to the name checks, which repair or report it, and, for a
         model's plan (`question` given), a join that only a column the readable table lacks ties to it
-        (`_drop_invented_joins`).
+        (`_drop_invented_joins`). A caller who may read every table of the datasource has no table to be told
+        apart from one that does not exist: a table the model invented is left to the name checks
+        (UNKNOWN_TABLE, which the refiner can correct), not refused.
         """
         if not self.scope.reachable:
             raise SecurityViolation(datasource=self.scope.datasource, node="validator")
@@ -306,6 +308,7 @@ class PlanValidator:
         derived tables, sub-queries. A name a visible common table has is that common table, never a table of the
         database (as the database reads it); every other name must be a table the caller may read."""
         readable = [t.name for t in self.allowed]
+        whole = len(self.allowed) == len(self.snapshot.tables)  # nothing here is hidden from this caller
         index, count[0] = count[0], count[0] + 1
         seen = set(common)
         for table in plan.with_:  # each sees the ones before it (none is recursive)
@@ -323,6 +326,8 @@ class PlanValidator:
             info = self.snapshot.table(ref.table)
             if info is not None and info in self.allowed:
                 continue
+            if info is None and whole:
+                continue  # a table that does not exist, for a caller who sees them all: UNKNOWN_TABLE
             if info is not None or did_you_mean(ref.table, readable) is None:
                 raise SecurityViolation(datasource=self.scope.datasource, node="validator")
         for node in children(plan):

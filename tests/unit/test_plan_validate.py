@@ -481,6 +481,17 @@ def test_unknown_table_outside_the_viewers_patterns_is_refused(snapshot: SchemaS
     assert error.codes == ["UNKNOWN_TABLE"] and "Did you mean Album?" in error.issues[0].message
 
 
+def test_a_table_that_does_not_exist_is_a_name_to_refine_for_a_caller_who_reads_them_all(
+        snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
+    # the admin reads every table: no table is hidden to be told apart from one the model invented
+    error = problems(plan(col(None, "Salary"), table="Salaries", alias=None), snapshot, scopes["admin"])
+    assert error.codes == ["UNKNOWN_TABLE"] and "There is no table Salaries." in error.issues[0].message
+    # an analyst, who may not read Employee, gets the one answer for a missing table and a denied one
+    with pytest.raises(SecurityViolation) as caught:
+        check(plan(col(None, "Salary"), table="Salaries", alias=None), snapshot, scopes["analyst"])
+    assert_generic(caught, "Salaries")
+
+
 def test_denied_and_missing_tables_get_one_answer(snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
     """An analyst's plan over Employee (denied) reads exactly like one over tables that do not exist."""
     messages = set()
