@@ -457,7 +457,7 @@ class ProfileSettings(Strict):
 
 
 #: What the engine adds to a model's plan (nl2sql.plan.shape).
-AnswerShapeRule = Literal["measure", "groups", "key", "ties"]
+AnswerShapeRule = Literal["measure", "groups", "key", "ties", "distinct"]
 
 
 class PlannerSettings(Strict):
@@ -486,12 +486,13 @@ class PlannerSettings(Strict):
                             "group that agree on their result (nl2sql.pipeline.candidates). 1: the first answer alone, "
                             "one model call (each candidate is one more).")
     answer_shape: list[AnswerShapeRule] = Field(
-        default_factory=lambda: ["groups", "ties"], description="What the engine adds to a model's plan "
-        "(nl2sql.plan.shape): 'groups', the group keys of a grouped plan that shows only aggregates; 'ties', a key to "
-        "break ties on where a LIMIT cuts the rows; 'measure' (not by default), what a ranking ranks by and the "
-        "aggregate a HAVING filters on; 'key' (not by default), the FROM table's key in front of a plain list of its "
-        "rows. The default is the measured one (docs/models.md): columns the question did not ask for cost more "
-        "answers than they helped. [] keeps the plan as written.")
+        default_factory=lambda: ["groups", "ties", "distinct"], description="What the engine adds to a model's "
+        "plan (nl2sql.plan.shape): 'groups', the group keys of a grouped plan that shows only aggregates; 'ties', a "
+        "key to break ties on where a LIMIT cuts the rows; 'distinct', DISTINCT on a list whose rows a join repeats; "
+        "'measure' (not by default), what a ranking ranks by and the aggregate a HAVING filters on; 'key' (not by "
+        "default), the FROM table's key in front of a plain list of its rows. The default is the measured one "
+        "(docs/models.md): columns the question did not ask for cost more answers than they helped. [] keeps the "
+        "plan as written.")
 
 
 class PipelineSettings(Strict):

@@ -1,8 +1,8 @@
 """The shape of an answer: what a model's plan leaves out that the asker needs to read the answer, and a stable
 order.
 
-Four rules, each optional (`settings.pipeline.planner.answer_shape`; `groups` and `ties` by default, as measured:
-docs/models.md), applied to a model's validated plan (never to a verified query's or a cached one's):
+Five rules, each optional (`settings.pipeline.planner.answer_shape`; `groups`, `ties` and `distinct` by default, as
+measured: docs/models.md), applied to a model's validated plan (never to a verified query's or a cached one's):
 
 - `measure`: a ranking shows what it ranks by, and a filter on an aggregate shows the aggregate. "Which
   composer wrote the most tracks?" planned as `SELECT Composer … ORDER BY COUNT(*) DESC LIMIT 1` answers
@@ -21,6 +21,10 @@ docs/models.md), applied to a model's validated plan (never to a verified query'
   media type" planned as `SELECT AVG(UnitPrice) … GROUP BY MediaTypeId` answers with a column saying which
   media type each average is for. A plan that shows any plain column beside its aggregates gets nothing (a
   genre's name, grouped by the genre's key, labels its rows).
+- `distinct`: a list whose rows a join repeats shows each once. A plan without grouping or aggregates that joins
+  a table of which many rows meet each row it shows (met on the shown side's one-column key), and shows nothing
+  of that side, gets DISTINCT: "students who have a pet" planned as `Student JOIN Has_Pet` shows a student once,
+  not once per pet. Applied after `ties`, and only where every ORDER BY key is shown.
 - `ties`: a ranking cut by LIMIT is the same every time. Rows that tie on the ORDER BY keys at the cut
   would make the cut (or the order of an OFFSET's page) the database's choice: the plan's group keys,
   or else its FROM table's one-column key, are added as the last ORDER BY keys (a LIMIT without ORDER
@@ -79,7 +83,59 @@ def shape_answer(plan: m.PlanModel, tables: Mapping[str, TableInfo], rules: Sequ
         for expr in _tie_breakers(shaped, tables):
             shaped.order_by.append(m.OrderItem(expr=expr, direction="asc"))
             added.append(f"ties broken on {_describe(expr)}")
+    if "distinct" in rules and _repeated_by_a_join(shaped, tables):
+        shaped.distinct = True
+        added.append("DISTINCT: a join repeats the rows shown")
     return (shaped, added) if added else (plan, [])
+
+
+def _repeated_by_a_join(plan: m.PlanModel, tables: Mapping[str, TableInfo]) -> bool:
+    """Whether a plain list (no grouping, aggregate, DISTINCT or set operation) repeats its rows: a join to a
+    table of which many rows meet each row shown, met on the shown side's one-column key, whose side of the plan
+    shows nothing ("students who have a pet": Student JOIN Has_Pet shows each student once per pet). Every
+    ORDER BY key must be shown (a DISTINCT list orders by what it shows)."""
+    if plan.group_by or plan.distinct or plan.set_operations or not plan.joins:
+        return False
+    if any(_has(item.expr, m.Aggregate | m.Window) for item in plan.select):
+        return False
+    refs = [plan.from_, *(j.table for j in plan.joins)]
+    if any(ref.query is not None for ref in refs):
+        return False
+    names = {ref.name_in_scope.lower(): ref for ref in refs}
+    shown = {n.table.lower() for item in plan.select for n in _nodes(item.expr)
+             if isinstance(n, m.ColumnRef) and n.table and n.table.lower() in names}
+    if not shown or not all(_shown(item.expr, plan) or _is_output_alias(item.expr, plan) for item in plan.order_by):
+        return False
+    edges = [(k.left.table.lower(), k.left.column.lower(), k.right.table.lower(), k.right.column.lower())
+             for j in plan.joins for k in j.on if k.left.table and k.right.table
+             and k.left.table.lower() in names and k.right.table.lower() in names]
+
+    def is_key(alias: str, column: str) -> bool:
+        info = tables.get(names[alias].table)
+        return info is not None and [c.lower() for c in info.primary_key] == [column]
+
+    def side(start: str, cut: tuple[str, str, str, str]) -> set[str]:
+        """The aliases reached from `start` without crossing the edge `cut`."""
+        seen, todo = {start}, [start]
+        while todo:
+            here = todo.pop()
+            for edge in edges:
+                if edge == cut:
+                    continue
+                for a, b in ((edge[0], edge[2]), (edge[2], edge[0])):
+                    if a == here and b not in seen:
+                        seen.add(b)
+                        todo.append(b)
+        return seen
+
+    for edge in edges:
+        left, left_column, right, right_column = edge
+        for one, one_column, many, many_column in ((left, left_column, right, right_column),
+                                                   (right, right_column, left, left_column)):
+            if is_key(one, one_column) and not is_key(many, many_column) \
+                    and not side(many, edge) & shown and side(one, edge) & shown:
+                return True
+    return False
 
 
 def _show(plan: m.PlanModel, expr: m.ExprNode, position: int) -> str:

@@ -246,3 +246,42 @@ def test_the_rules_are_chosen_one_by_one(snapshot: SchemaSnapshot, demo_config: 
     assert shaped(snapshot, demo_config, [col("t", "Name")], rules=("measure",))[1] == []
     assert shaped(snapshot, demo_config, [col("t", "Name")], rules=())[1] == []
     assert shaped(snapshot, demo_config, [agg("count")], group_by=[col("t", "GenreId")], rules=("key", "ties"))[1] == []
+
+
+def join(table: str, alias: str, left: dict, right: dict) -> dict:
+    return {"type": "inner", "table": {"table": table, "alias": alias}, "on": [{"left": left, "right": right}]}
+
+
+def test_a_list_whose_rows_a_join_repeats_shows_each_once(snapshot: SchemaSnapshot, demo_config: Config) -> None:
+    # "Which artists have an album?": one row per album without DISTINCT
+    sql, added = shaped(snapshot, demo_config, [col("ar", "Name")], table="Artist", alias="ar", rules=("distinct",),
+                        joins=[join("Album", "al", col("al", "ArtistId"), col("ar", "ArtistId"))])
+    assert added == ["DISTINCT: a join repeats the rows shown"] and sql.startswith("SELECT DISTINCT ar.Name")
+    # through two tables: the artists with a track in the Classical genre
+    classical = {"kind": "compare", "op": "=", "left": col("g", "Name"), "right": {"kind": "literal",
+                                                                                    "value": "Classical"}}
+    sql, added = shaped(snapshot, demo_config, [col("ar", "Name")], table="Artist", alias="ar", rules=("distinct",),
+                        joins=[join("Album", "al", col("al", "ArtistId"), col("ar", "ArtistId")),
+                               join("Track", "t", col("t", "AlbumId"), col("al", "AlbumId")),
+                               join("Genre", "g", col("g", "GenreId"), col("t", "GenreId"))], where=classical)
+    assert sql.startswith("SELECT DISTINCT ar.Name")
+
+
+@pytest.mark.parametrize("select, table, alias, joins, rest", [
+    # each track meets one album: the tracks' rows are not repeated
+    ([col("t", "Name")], "Track", "t", [join("Album", "al", col("al", "AlbumId"), col("t", "AlbumId"))], {}),
+    # the many side is shown: one row per track, as asked
+    ([col("al", "Title"), col("t", "Name")], "Album", "al",
+     [join("Track", "t", col("t", "AlbumId"), col("al", "AlbumId"))], {}),
+    # ordered by what is not shown: a DISTINCT list could not be ordered by it everywhere
+    ([col("ar", "Name")], "Artist", "ar", [join("Album", "al", col("al", "ArtistId"), col("ar", "ArtistId"))],
+     {"order_by": [{"expr": col("al", "Title"), "direction": "asc"}]}),
+    # grouped: a count per artist is what the join is for
+    ([col("ar", "Name"), agg("count")], "Artist", "ar",
+     [join("Album", "al", col("al", "ArtistId"), col("ar", "ArtistId"))], {"group_by": [col("ar", "Name")]}),
+])
+def test_a_list_at_the_grain_it_shows_is_left_alone(snapshot: SchemaSnapshot, demo_config: Config, select: list,
+                                                    table: str, alias: str, joins: list, rest: dict) -> None:
+    sql, added = shaped(snapshot, demo_config, select, table=table, alias=alias, rules=("distinct",), joins=joins,
+                        **rest)
+    assert added == [] and "DISTINCT" not in sql
