@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any, cast
 
 from nl2sql.config.models import AnswerShapeRule
-from nl2sql.datasources.compare import rows_match
 from nl2sql.datasources.connect import DatasourceCatalog
 from nl2sql.demo import init_demo
 from nl2sql.errors import NL2SQLError
+from nl2sql.evaluation.scorers import strict_rows_match
 from nl2sql.evaluation.suite import EvalCase, load_suite
 from nl2sql.plan.from_sql import plan_from_sql
 from nl2sql.plan.generate import generate_sql
@@ -116,9 +116,7 @@ def _scored(catalog: DatasourceCatalog, datasource: str, sql: str, case: EvalCas
         result = catalog.get(datasource).execute(sql, row_limit=row_limit)
     except NL2SQLError:
         return False
-    rows = [list(row) for row in result.plain_frame().values.tolist()]
-    return any(rows_match([list(g.values()) for g in gold], rows, order_matters=case.order_matters)
-               for gold in case.gold_rows())
+    return strict_rows_match(case, [list(row) for row in result.plain_frame().values.tolist()])
 
 
 if __name__ == "__main__":

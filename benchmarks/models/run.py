@@ -48,10 +48,10 @@ import yaml
 
 from nl2sql.config.models import LLMConfig
 from nl2sql.datasources.checked import run_checked_sql
-from nl2sql.datasources.compare import rows_match
 from nl2sql.datasources.connect import DatasourceCatalog
 from nl2sql.errors import NL2SQLError
 from nl2sql.evaluation.run import select_cases
+from nl2sql.evaluation.scorers import strict_rows_match
 from nl2sql.evaluation.suite import EvalCase, load_suite
 from nl2sql.index.service import IndexService
 from nl2sql.llm.client import LLMClient
@@ -313,9 +313,7 @@ def _direct(config_path: Path, cases: list[EvalCase], args: argparse.Namespace, 
                 code = exc.code
                 got = "refused" if exc.code == "SECURITY_VIOLATION" else "error"
             expected = case.outcome.get(role, "allowed" if case.answerable else "unanswerable")
-            passed = got == expected and (expected != "allowed" or any(
-                rows_match([list(r.values()) for r in gold], rows or [], order_matters=case.order_matters)
-                for gold in case.gold_rows()))
+            passed = got == expected and (expected != "allowed" or strict_rows_match(case, rows or []))
             records.append({"case_id": case.id, "role": role, "passed": passed, "outcome": got, "expected": expected,
                             "error_code": code, "latency_s": round(time.monotonic() - started, 2), "datasource": ds,
                             "time_to_rows_s": round(time.monotonic() - started, 2) if rows is not None else None,

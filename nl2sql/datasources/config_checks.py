@@ -30,7 +30,7 @@ def check_datasources(config: Config, file_of: Callable[[str], str], valid: set[
     for index, ds in enumerate(config.datasources):
         if ds.url is not None:
             problems.extend(_check_url(ds.url.get_secret_value(), file, f"datasources[{index}].url"))
-        problems.extend(_check_verified_sql(ds, file, f"datasources[{index}]"))
+        problems.extend(_check_curated_sql(ds, file, f"datasources[{index}]"))
     return problems
 
 
@@ -65,7 +65,7 @@ def _check_url(raw: str, file: str, where: str) -> list[ConfigProblem]:
     return []
 
 
-def _check_verified_sql(ds: Any, file: str, where: str) -> list[ConfigProblem]:
+def _check_curated_sql(ds: Any, file: str, where: str) -> list[ConfigProblem]:
     """Each verified query's and example question's SQL passes the SQL guard (one read-only SELECT) for its
     datasource's dialect."""
     problems = []

@@ -204,6 +204,12 @@ def _gold(rows: list[dict[str, Any]]) -> list[list[Any]]:
     return [list(row.values()) for row in rows]
 
 
+def strict_rows_match(case: EvalCase, rows: Sequence[Sequence[Any]]) -> bool:
+    """Whether rows match one of the case's accepted answers as `result_match` reads strictly: for a statement
+    run outside an eval (a benchmark's baseline, a replayed statement)."""
+    return any(rows_match(_gold(gold), rows, order_matters=case.order_matters) for gold in case.gold_rows())
+
+
 def _all_errors(result: QueryResult) -> list[Any]:
     return [*result.errors, *(sq.error for sq in result.sub_queries if sq.error is not None)]
 
