@@ -609,6 +609,7 @@ class PlanValidator:
                        "every row.", f"{path}.on")
         joined = join.table.name_in_scope.lower()
         for k, key in enumerate(join.on):
+            self._declared_key_side(key, frame, f"{path}.on[{k}]")
             left = self.column(key.left, frame, "join", f"{path}.on[{k}].left")
             right = self.column(key.right, frame, "join", f"{path}.on[{k}].right")
             sides = {(k.table or "").lower() for k in (key.left, key.right)}
@@ -633,6 +634,35 @@ class PlanValidator:
                 if link is not None:
                     links.append(link)
         return links
+
+    def _declared_key_side(self, key: m.JoinKey, frame: VisibleNames, path: str) -> None:
+        """A key pair one side of which names a column its table lacks (`cars_data.MakeId = car_names.MakeId`, a
+        name taken from the other side): that side becomes its end of the one declared foreign key between the two
+        tables whose other end is the named column (`cars_data.Id`, which references `car_names.MakeId`), a
+        repair. Unchanged when no such key, or more than one, links them."""
+        found = [frame.lookup(ref.table) if ref.table else None for ref in (key.left, key.right)]
+        if any(f is None or f[1] is None for f in found):
+            return
+        (_, left_info), (_, right_info) = found  # type: ignore[misc]
+        missing = [left_info.column(key.left.column) is None, right_info.column(key.right.column) is None]
+        if missing.count(True) != 1:
+            return
+        broken, kept, broken_info, kept_info = ((key.left, key.right, left_info, right_info) if missing[0]
+                                                else (key.right, key.left, right_info, left_info))
+        if broken_info is kept_info:
+            return
+        ends = [(fk.columns[0], fk.ref_columns[0]) for fk in broken_info.foreign_keys
+                if len(fk.columns) == 1 and fk.ref_table.lower() == kept_info.name.lower()]
+        ends += [(fk.ref_columns[0], fk.columns[0]) for fk in kept_info.foreign_keys
+                 if len(fk.columns) == 1 and fk.ref_table.lower() == broken_info.name.lower()]
+        fitting = [own for own, other in ends if other.lower() == kept.column.lower()]
+        if len(fitting) != 1:
+            return
+        self.repairs.append(PlanIssue("JOIN_ON_DECLARED_KEY", f"{broken.table}.{broken.column} read as "
+                                      f"{broken.table}.{fitting[0]}: {broken_info.name} has no column {broken.column}; "
+                                      f"{fitting[0]} is its end of the foreign key to {kept.table}.{kept.column}.",
+                                      path))
+        broken.column = fitting[0]
 
     def _key_as_sqlite(self, join: m.Join, key: m.JoinKey, left: Dtype, right: Dtype, frame: VisibleNames,
                        path: str) -> bool:
@@ -756,9 +786,10 @@ class PlanValidator:
 
     def _parent_holder(self, ref: m.ColumnRef, info: TableInfo, frame: VisibleNames, path: str) -> str | None:
         """The alias of the one readable table, one foreign key away from `info` (a row of `info` names one row of
-        it), that has the column `ref` names on `info`: joined in (LEFT, so no row of `info` is lost or repeated)
-        and `ref` moved to it. None, and nothing changed, when no such table, or more than one, has it, or the
-        named table has a column of a like name and the same kind of value (two readings)."""
+        it), that has the column `ref` names on `info`: the alias the plan already joins it under on that foreign
+        key, else joined in (LEFT, so no row of `info` is lost or repeated); `ref` moved to it. None, and nothing
+        changed, when no such table, or more than one, has it, or the named table has a column of a like name and
+        the same kind of value (two readings)."""
         links = []
         for fk in info.foreign_keys:
             target = self.snapshot.table(fk.ref_table)
@@ -773,6 +804,13 @@ class PlanValidator:
         like = did_you_mean(ref.column, [c.name for c in info.columns])
         if like is not None and category(dtype_of(info.column(like).type, dialect)) == kind:  # type: ignore[union-attr]
             return None
+        joined = _joined_on(ref.table or "", fk.columns[0], target, fk.ref_columns[0], frame)
+        if joined is not None:  # a second copy of the same row would only hide that it is one
+            self.repairs.append(PlanIssue("COLUMN_ON_PARENT_TABLE", f"{ref.table}.{ref.column} read as "
+                                          f"{joined}.{ref.column}: {info.name} has no column {ref.column}; {joined} "
+                                          f"is the {target.name} its {fk.columns[0]} references.", path))
+            ref.table = joined
+            return joined
         alias = _free_alias(target.name, frame)
         table_ref = m.TableRef(table=target.name, alias=None if alias == target.name else alias)
         frame.tables[alias.lower()] = (table_ref, target)
@@ -1052,6 +1090,29 @@ class PlanValidator:
 
     # --- grouping ------------------------------------------------------------------------------
 
+    def _shown_key_grouped(self, expr: m.ExprNode, grouped: set[tuple[str, str]], keyed: set[tuple[str, str]],
+                           frame: VisibleNames, plan: m.PlanModel, where: str) -> bool:
+        """Group by a table's key when the plan shows it beside that table's grouped columns (`SELECT d.name, d.id,
+        COUNT(*) … GROUP BY d.name`): one group per row of the table, the only reading in which each group has one
+        key to show; two rows sharing a name are then kept apart instead of merged. Only when the plan joins other
+        tables (the aggregates count their rows; over the table alone, grouping by its key would count 1s) and
+        groups by the table's own values (a foreign key grouped names rows of another table)."""
+        if not isinstance(expr, m.ColumnRef) or expr.table is None or len(frame.tables) < 2:
+            return False
+        alias, column = expr.table.lower(), expr.column.lower()
+        found = frame.tables.get(alias)
+        if found is None or found[1] is None or (alias, column) in keyed \
+                or [c.lower() for c in found[1].primary_key] != [column]:
+            return False
+        foreign = {c.lower() for fk in found[1].foreign_keys for c in fk.columns}
+        own = [c for table, c in grouped if table == alias]
+        if not own or any(c in foreign for c in own):
+            return False
+        self.repairs.append(PlanIssue("GROUP_BY_SHOWN_KEY", f"{expr.table}.{expr.column} added to group_by (the plan "
+                                      f"shows the key of {expr.table} beside its grouped columns).", where))
+        plan.group_by.append(m.ColumnRef(table=expr.table, column=expr.column))
+        return True
+
     def _grouping(self, plan: m.PlanModel, frame: VisibleNames, path: str) -> None:
         aggregated = bool(plan.group_by) or plan.having is not None or any(
             _contains(item.expr, (m.Aggregate,)) for item in plan.select)
@@ -1061,6 +1122,10 @@ class PlanValidator:
         grouped = {((e.table or "").lower(), e.column.lower()) for e in plan.group_by if isinstance(e, m.ColumnRef)}
         keyed = _equal_by_inner_joins(grouped, frame.join_equalities)  # a column equal to a grouped one
         local = set(frame.tables)
+        for i, item in enumerate(plan.select):
+            if self._shown_key_grouped(item.expr, grouped, keyed, frame, plan, f"{path}.select[{i}]"):
+                grouped.add((item.expr.table.lower(), item.expr.column.lower()))  # type: ignore[union-attr]
+                keyed = _equal_by_inner_joins(grouped, frame.join_equalities)
         aggregates = [n for item in plan.select for n in _aggregates_of(item.expr)]
         # SQLite's bare columns beside one MIN or MAX take the values of the row it found (a documented SQLite
         # reading, and the one way to say "the row with the most" without a sub-plan there)
@@ -1205,6 +1270,23 @@ def _condition_equalities(node: m.ConditionNode | None) -> Iterator[tuple[tuple[
         if all(isinstance(n, m.ColumnRef) and n.table for n in sides):
             left, right = sides
             yield (left.table.lower(), left.column.lower()), (right.table.lower(), right.column.lower())  # type: ignore[union-attr]
+
+
+def _joined_on(alias: str, column: str, target: TableInfo, target_column: str, frame: VisibleNames) -> str | None:
+    """The alias under which this plan reads `target` with `target_column` equal to `alias`.`column` by a join's
+    key pair (the plan's own joins or one added by a repair), if any."""
+    child = (alias.lower(), column.lower())
+    equalities = [(left, right) for left, right, _ in frame.join_equalities]
+    equalities += [((k.left.table.lower(), k.left.column.lower()), (k.right.table.lower(), k.right.column.lower()))
+                   for join in frame.added_joins for k in join.on if k.left.table and k.right.table]
+    for left, right in equalities:
+        other = right if left == child else left if right == child else None
+        if other is None or other[1] != target_column.lower():
+            continue
+        found = frame.tables.get(other[0])
+        if found is not None and found[1] is target:
+            return found[0].name_in_scope
+    return None
 
 
 def _equal_by_inner_joins(columns: set[tuple[str, str]],

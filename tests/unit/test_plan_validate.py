@@ -748,6 +748,52 @@ def test_a_column_of_the_table_one_foreign_key_away_joins_that_table(snapshot: S
     check(validated.plan.model_dump(by_alias=True), snapshot, scopes["analyst"])  # the repaired plan is valid as is
 
 
+def test_a_column_on_a_parent_the_plan_already_joins_is_read_there(snapshot: SchemaSnapshot,
+                                                                   scopes: dict[str, Scope]) -> None:
+    # Email is Customer's and Employee's (so not "the one other table"), and Invoice references Customer, which
+    # the plan joins on that very key: c's Email, not a second Customer joined in
+    data = plan(col("i", "Email"), agg("count"), joins=[
+        CUSTOMER, join("Employee", "e", key(col("e", "EmployeeId"), col("c", "SupportRepId")))],
+        group_by=[col("c", "CustomerId")])
+    validated = check(data, snapshot, scopes["admin"])
+    assert [r.code for r in validated.repairs] == ["COLUMN_ON_PARENT_TABLE", "GROUP_BY_DEPENDENT_COLUMN"]
+    assert "c is the Customer its CustomerId references" in validated.repairs[0].message
+    sql = generate_sql(validated.plan, "sqlite")
+    assert sql.count("JOIN Customer") == 1 and "SELECT c.Email" in sql
+    assert "GROUP BY c.CustomerId, c.Email" in sql
+
+
+def test_a_key_shown_beside_its_tables_grouped_name_is_grouped_by(snapshot: SchemaSnapshot,
+                                                                   scopes: dict[str, Scope]) -> None:
+    artist = join("Artist", "ar", key(col("ar", "ArtistId"), col("al", "ArtistId")))
+    data = plan(col("ar", "Name"), col("ar", "ArtistId"), agg("count"), table="Album", alias="al", joins=[artist],
+                group_by=[col("ar", "Name")])
+    validated = check(data, snapshot, scopes["analyst"])
+    assert [r.code for r in validated.repairs] == ["GROUP_BY_SHOWN_KEY"]
+    assert "GROUP BY ar.Name, ar.ArtistId" in generate_sql(validated.plan, "sqlite")
+    # over the table alone, grouping by its key would count ones: still a mismatch
+    alone = plan(col("c", "FirstName"), col("c", "CustomerId"), agg("count"), table="Customer", alias="c",
+                 group_by=[col("c", "FirstName")])
+    assert [i.code for i in problems(alone, snapshot, scopes["analyst"]).issues] == ["GROUP_BY_MISMATCH"]
+    # a grouped foreign key names another table's rows: the shown key of this one is not added
+    tracks = plan(col("t", "TrackId"), agg("count"), table="Track", alias="t",
+                  joins=[join("Album", "al", key(col("al", "AlbumId"), col("t", "AlbumId")))],
+                  group_by=[col("t", "GenreId")])
+    assert [i.code for i in problems(tracks, snapshot, scopes["analyst"]).issues] == ["GROUP_BY_MISMATCH"]
+
+
+def test_a_join_key_named_after_the_other_side_follows_the_declared_key(snapshot: SchemaSnapshot,
+                                                                        scopes: dict[str, Scope]) -> None:
+    # Customer has no InvoiceId; the one foreign key between the two ends at i.CustomerId on Invoice's side
+    data = plan(col("c", "LastName"), joins=[join("Customer", "c", key(col("i", "CustomerId"), col("c", "InvoiceId")))])
+    validated = check(data, snapshot, scopes["analyst"])
+    assert [r.code for r in validated.repairs] == ["JOIN_ON_DECLARED_KEY"]
+    assert "JOIN Customer AS c ON i.CustomerId = c.CustomerId" in generate_sql(validated.plan, "sqlite")
+    # the kept side is no end of a key between them: two readings, still unknown
+    stray = plan(col("c", "LastName"), joins=[join("Customer", "c", key(col("i", "Total"), col("c", "InvoiceId")))])
+    assert "UNKNOWN_COLUMN" in [i.code for i in problems(stray, snapshot, scopes["analyst"]).issues]
+
+
 def test_a_column_one_foreign_key_away_is_not_joined_when_unreadable_or_ambiguous(
         snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
     # Track.Name on an InvoiceLine is Track's, but the viewer may not read InvoiceLine at all: refused first
