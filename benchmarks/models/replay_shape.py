@@ -65,7 +65,7 @@ def main() -> None:
                     ds = r.get("datasource") or case.datasources[0]
                     if ds not in snapshots:
                         snapshots[ds] = catalog.get(ds).reflect()
-                    reshaped = _reshaped(r["sql"][0], snapshots[ds], config, ds, r["role"], rules)
+                    reshaped = _reshaped(r["sql"][0], snapshots[ds], config, ds, r["role"], rules, case.question)
                     if reshaped is not None:
                         verdict = _scored(catalog, ds, reshaped, case, config.settings.pipeline.row_limit)
                         if verdict != passed:
@@ -96,12 +96,14 @@ def _project(record: dict[str, Any], folder: Path) -> tuple[Path, Path]:
 
 
 def _reshaped(sql: str, snapshot: Any, config: Any, datasource: str, role: str,
-              rules: list[AnswerShapeRule]) -> str | None:
+              rules: list[AnswerShapeRule], question: str = "") -> str | None:
     """The statement with the rules applied and validated again (None: unchanged, or no longer valid)."""
     caller = scope(config.policies, [role], datasource)
     try:
         validated = validate_plan(plan_from_sql(sql, snapshot.dialect, snapshot.column_names()), snapshot, caller)
-        shaped, added = shape_answer(validated.plan, {t.name: t for t in validated.tables}, rules)
+        readable = {t.name: t for t in snapshot.tables if caller.allows(t.name, t.schema_name)}
+        shaped, added = shape_answer(validated.plan, {t.name: t for t in validated.tables}, rules,
+                                     readable=readable, question=question)
         if not added:
             return None
         reshaped = validate_plan(shaped, snapshot, caller)

@@ -167,6 +167,8 @@ def _args() -> argparse.Namespace:
                         "columns is sent whole, the same for every question).")
     parser.add_argument("--synthesizer", choices=("on", "off"), default="off", help="Also have the model write the "
                         "answer's prose (not scored by strict; off keeps a local server's prompt cache on the planner).")
+    parser.add_argument("--example-questions", choices=("on", "off"), default="on", help="off: the project's "
+                        "datasources[].example_questions removed (the ablation of the demo's example questions).")
     parser.add_argument("--examples-chosen", choices=("nearest", "fixed"), default=None,
                         help="settings.pipeline.planner.examples_chosen.")
     parser.add_argument("--synthesizer-follows-planner", choices=("on", "off"), default=None,
@@ -190,7 +192,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
             "synthesizer_follows_planner": args.synthesizer_follows_planner, "examples_chosen": args.examples_chosen,
             "whole_schema_columns": args.whole_schema_columns, "spider": args.spider, "seed": args.seed if args.spider else None,
             "engine_checkout": args.engine_checkout, "answer_shape": args.answer_shape,
-            "candidates": args.candidates}
+            "candidates": args.candidates, "example_questions": args.example_questions}
 
 
 def _llm_section(args: argparse.Namespace) -> dict[str, Any]:
@@ -235,6 +237,9 @@ def _configured(source: Path, target: Path, args: argparse.Namespace) -> Path:
         planner["answer_shape"] = [] if args.answer_shape == "none" else args.answer_shape.split(",")
     if args.synthesizer_follows_planner:
         pipeline["synthesizer_follows_planner"] = args.synthesizer_follows_planner == "on"
+    if args.example_questions == "off":
+        for datasource in raw.get("datasources", []):
+            datasource.pop("example_questions", None)
     if args.whole_schema_columns is not None:
         raw["settings"].setdefault("retrieval", {})["whole_schema_columns"] = args.whole_schema_columns
     target = source.parent / f".bench-{target.parent.name}.yaml"  # beside the project: its paths resolve

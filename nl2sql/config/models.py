@@ -457,7 +457,7 @@ class ProfileSettings(Strict):
 
 
 #: What the engine adds to a model's plan (nl2sql.plan.shape).
-AnswerShapeRule = Literal["measure", "groups", "key", "ties", "distinct"]
+AnswerShapeRule = Literal["measure", "groups", "names", "key", "ties", "distinct"]
 
 
 class PlannerSettings(Strict):
@@ -486,8 +486,9 @@ class PlannerSettings(Strict):
                             "group that agree on their result (nl2sql.pipeline.candidates). 1: the first answer alone, "
                             "one model call (each candidate is one more).")
     answer_shape: list[AnswerShapeRule] = Field(
-        default_factory=lambda: ["groups", "ties", "distinct"], description="What the engine adds to a model's "
-        "plan (nl2sql.plan.shape): 'groups', the group keys of a grouped plan that shows only aggregates; 'ties', a "
+        default_factory=lambda: ["groups", "names", "ties", "distinct"], description="What the engine adds to a "
+        "model's plan (nl2sql.plan.shape): 'groups', the group keys of a grouped plan that shows only aggregates; "
+        "'names', a row's name where the plan shows only the foreign key that stands for it; 'ties', a "
         "key to break ties on where a LIMIT cuts the rows; 'distinct', DISTINCT on a list whose rows a join repeats; "
         "'measure' (not by default), what a ranking ranks by and the aggregate a HAVING filters on; 'key' (not by "
         "default), the FROM table's key in front of a plain list of its rows. The default is the measured one "

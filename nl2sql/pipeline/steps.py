@@ -563,11 +563,12 @@ def _with_answer_shape(ctx: RunContext, state: RunState, sq: SubQuery, validated
     """The validated plan with what its answer needs (`planner.answer_shape`: columns to read it by, a key to break
     ties on), validated again; the plan as it was when the additions do not validate."""
     rules = ctx.config.settings.pipeline.planner.answer_shape
+    assert live.snapshot is not None
+    readable = {t.name: t for t in live.snapshot.tables if caller.allows(t.name, t.schema_name)}
     shaped, added = shape_answer(validated.plan, {t.name: t for t in validated.tables}, rules,
-                                 live.repeating())
+                                 live.repeating(), readable=readable, question=sq.question)
     if not added:
         return validated
-    assert live.snapshot is not None
     try:
         reshaped = validate_plan(shaped, live.snapshot, caller)
     except NL2SQLError:

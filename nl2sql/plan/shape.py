@@ -1,14 +1,19 @@
 """The shape of an answer: what a model's plan leaves out that the asker needs to read the answer, and a stable
 order.
 
-Five rules, each optional (`settings.pipeline.planner.answer_shape`; `groups`, `ties` and `distinct` by default, as
-measured: docs/models.md), applied to a model's validated plan (never to a verified query's or a cached one's):
+Six rules, each optional (`settings.pipeline.planner.answer_shape`; `groups`, `names`, `ties` and `distinct` by
+default, as measured: docs/models.md), applied to a model's validated plan (never to a verified query's or a cached one's):
 
 - `measure`: a ranking shows what it ranks by, and a filter on an aggregate shows the aggregate. "Which
   composer wrote the most tracks?" planned as `SELECT Composer … ORDER BY COUNT(*) DESC LIMIT 1` answers
   with the count beside the name; the first ORDER BY key is shown when it is computed (an aggregate, a
   function, arithmetic) or when the plan keeps only its first rows (LIMIT), and every aggregate HAVING
   compares is shown. Tie-breaking keys after the first are not.
+- `names`: an id that stands for a row is shown as that row's name. A shown column that is a declared foreign key
+  to a readable table with a name (`Name`, `Title`, the one column whose name ends so, or a first and a last
+  name) is replaced by that name, read from that table as the plan joins it on the key or joined in (LEFT, on
+  the key); a plan grouped by the id groups by the name too. Not where the question asks for ids or codes, nor
+  for a column the plan labels as an id (`AS customer_id`).
 - `key`: a list of one table's rows carries that table's key, first. Names are not keys (two playlists
   are called "Music"): a plan without grouping or aggregates that selects columns of its FROM table, but
   not that table's one-column primary key, gets the key in front; so does a plan of two tables that shows
@@ -58,9 +63,12 @@ from nl2sql.plan import model as m
 
 
 def shape_answer(plan: m.PlanModel, tables: Mapping[str, TableInfo], rules: Sequence[AnswerShapeRule],
-                 repeating: Collection[tuple[str, str]] = ()) -> tuple[m.PlanModel, list[str]]:
+                 repeating: Collection[tuple[str, str]] = (), *, readable: Mapping[str, TableInfo] | None = None,
+                 question: str = "") -> tuple[m.PlanModel, list[str]]:
     """The plan with what the rules add (a copy), and what they added: column names, `ties broken on …` (empty:
-    unchanged). `repeating`: the (table, column) pairs, lower-case, whose values repeat in the data."""
+    unchanged). `repeating`: the (table, column) pairs, lower-case, whose values repeat in the data. `readable`:
+    the tables the caller may read, by name (`names` joins one of them); `question`: the question (`names` leaves
+    a question that asks for ids alone)."""
     if (plan.distinct and not _one_row_per_group(plan)) or not rules:
         return plan, []  # DISTINCT: an added column or order key could change the rows
     if plan.set_operations:
@@ -73,6 +81,8 @@ def shape_answer(plan: m.PlanModel, tables: Mapping[str, TableInfo], rules: Sequ
     if "groups" in rules:
         for i, expr in enumerate(_missing_labels(shaped)):
             added.append(_show(shaped, expr, i))
+    if "names" in rules and not _ASKS_FOR_IDS.search(question):
+        added += _names_for_ids(shaped, tables, readable or {})
     if "key" in rules:
         key = _missing_key(shaped, tables)
         if key is not None:
@@ -87,6 +97,87 @@ def shape_answer(plan: m.PlanModel, tables: Mapping[str, TableInfo], rules: Sequ
         shaped.distinct = True
         added.append("DISTINCT: a join repeats the rows shown")
     return (shaped, added) if added else (plan, [])
+
+
+_ASKS_FOR_IDS = re.compile(r"\b(ids?|identifiers?|codes?)\b", re.IGNORECASE)
+_ID_LABEL = re.compile(r"(?i:(^|_)id)$|[a-z]Id$")  # customer_id, CustomerId, id, ID; not paid
+_NUMERIC_TYPE = re.compile(r"INT|REAL|NUM|DEC|FLOAT|DOUBLE|BOOL|DATE|TIME", re.IGNORECASE)
+
+
+def _names_for_ids(plan: m.PlanModel, tables: Mapping[str, TableInfo], readable: Mapping[str, TableInfo]) -> list[str]:
+    """Show a row's name where the plan shows only the foreign key that stands for it: `SELECT t.AlbumId … GROUP BY
+    t.AlbumId` for "which albums have more than 25 tracks" shows the album's title instead, read from Album joined
+    on that key (LEFT: a row names at most one album, so no row is lost or repeated), and groups by it as well.
+    The table referenced must be readable and have a name (a column `Name` or `Title`, else one whose name ends
+    so, or a first and a last name); nothing of it may be shown already."""
+    by_name = {name.lower(): info for name, info in readable.items()}
+    done: list[str] = []
+    for i in reversed(range(len(plan.select))):
+        ref = plan.select[i].expr
+        if not isinstance(ref, m.ColumnRef) or not ref.table or _ID_LABEL.search(plan.select[i].alias or ""):
+            continue  # `AS customer_id`: the plan means the id
+        owner = next((t for t in plan.tables() if t.name_in_scope.lower() == ref.table.lower()), None)
+        info = tables.get(owner.table) if owner is not None else None
+        fk = next((fk for fk in (info.foreign_keys if info is not None else []) if fk.confidence is None
+                   and [c.lower() for c in fk.columns] == [ref.column.lower()]), None)
+        parent = by_name.get(fk.ref_table.lower()) if fk is not None else None
+        if fk is None or parent is None or [c.lower() for c in parent.primary_key] != [c.lower() for c in fk.ref_columns]:
+            continue
+        labels = _name_columns(parent)
+        alias = _joined_parent(plan, ref, parent)
+        if not labels or (alias is not None and any(
+                isinstance(n, m.ColumnRef) and (n.table or "").lower() == alias.lower()
+                for item in plan.select for n in _nodes(item.expr))):
+            continue
+        if alias is None:
+            alias = _free_table_alias(parent.name, plan)
+            table = m.TableRef(table=parent.name, alias=None if alias == parent.name else alias)
+            plan.joins.append(m.Join(type="left", table=table, on=[m.JoinKey(
+                left=m.ColumnRef(table=alias, column=parent.primary_key[0]), right=ref.model_copy(deep=True))]))
+        shown = [m.ColumnRef(table=alias, column=label) for label in labels]
+        keep_alias = plan.select[i].alias if len(shown) == 1 else None
+        plan.select[i:i + 1] = [m.SelectItem(expr=c, alias=keep_alias) for c in shown]
+        if _key(ref) in {_key(e) for e in plan.group_by}:
+            plan.group_by += [c.model_copy(deep=True) for c in shown]
+        done.append(f"{' and '.join(_describe(c) for c in shown)} for {_describe(ref)}")
+    return done[::-1]
+
+
+def _name_columns(info: TableInfo) -> list[str]:
+    """The columns that name a row of the table: `Name` or `Title`; else the one column whose name ends in name or
+    title (`FullName`, `department_name`); else a first and a last name, in that order; else none."""
+    texts = [c.name for c in info.columns if not _NUMERIC_TYPE.search(c.type or "")]
+    exact = [c for c in texts if c.lower() in ("name", "title")]
+    if exact:
+        return exact[:1]
+    named = [c for c in texts if re.search(r"(name|title)$", c.lower())]
+    if len(named) == 1:
+        return named
+    first = [c for c in named if re.match(r"(first|f)_?name$", c.lower())]
+    last = [c for c in named if re.match(r"(last|l)_?name$", c.lower())]
+    return [first[0], last[0]] if len(first) == 1 and len(last) == 1 else []
+
+
+def _joined_parent(plan: m.PlanModel, ref: m.ColumnRef, parent: TableInfo) -> str | None:
+    """The name in scope of a table of the plan that is `parent`, joined on `ref` = its key."""
+    for join in plan.joins:
+        if join.table.table.lower() != parent.name.lower():
+            continue
+        alias = join.table.name_in_scope.lower()
+        for k in join.on:
+            for near, far in ((k.left, k.right), (k.right, k.left)):
+                if _key(near) == _key(ref) and (far.table or "").lower() == alias \
+                        and [far.column.lower()] == [c.lower() for c in parent.primary_key]:
+                    return join.table.name_in_scope
+    return None
+
+
+def _free_table_alias(name: str, plan: m.PlanModel) -> str:
+    taken = {t.name_in_scope.lower() for t in plan.tables()}
+    candidate, n = name, 2
+    while candidate.lower() in taken:
+        candidate, n = f"{name}_{n}", n + 1
+    return candidate
 
 
 def _repeated_by_a_join(plan: m.PlanModel, tables: Mapping[str, TableInfo]) -> bool:

@@ -30,12 +30,15 @@ def agg(func: str, arg: dict | None = None) -> dict:
 
 def shaped(snapshot: SchemaSnapshot, demo_config: Config, select: list[dict], table: str = "Track", alias: str = "t",
            rules: tuple[str, ...] = ("measure", "key"), repeating: frozenset[tuple[str, str]] = frozenset(),
-           **rest: Any) -> tuple[str, list[str]]:
+           question: str = "", role: str = "analyst", **rest: Any) -> tuple[str, list[str]]:
     """The SQL of the validated, shaped plan and the aliases added."""
-    caller = scope(demo_config.policies, "analyst", "chinook")
-    data = {"select": [{"expr": e} for e in select], "from": {"table": table, "alias": alias}, **rest}
+    caller = scope(demo_config.policies, role, "chinook")
+    items = [e if "expr" in e else {"expr": e} for e in select]  # an item with its alias, or a bare expression
+    data = {"select": items, "from": {"table": table, "alias": alias}, **rest}
     validated = validate_plan(PlanModel.model_validate(data), snapshot, caller)
-    plan, added = shape_answer(validated.plan, {t.name: t for t in validated.tables}, list(rules), repeating)
+    readable = {t.name: t for t in snapshot.tables if caller.allows(t.name, t.schema_name)}
+    plan, added = shape_answer(validated.plan, {t.name: t for t in validated.tables}, list(rules), repeating,
+                               readable=readable, question=question)
     plan = validate_plan(plan, snapshot, caller).plan  # what the engine adds always validates here
     return generate_sql(plan, "sqlite"), added
 
@@ -285,3 +288,39 @@ def test_a_list_at_the_grain_it_shows_is_left_alone(snapshot: SchemaSnapshot, de
     sql, added = shaped(snapshot, demo_config, select, table=table, alias=alias, rules=("distinct",), joins=joins,
                         **rest)
     assert added == [] and "DISTINCT" not in sql
+
+
+def test_an_id_standing_for_a_row_is_shown_as_its_name(snapshot: SchemaSnapshot, demo_config: Config) -> None:
+    # "Which albums have more than 25 tracks?" planned over Track alone, grouped by the album's id
+    having = {"kind": "compare", "op": ">", "left": agg("count"), "right": {"kind": "literal", "value": 25}}
+    sql, added = shaped(snapshot, demo_config, [col("t", "AlbumId")], rules=("names",), group_by=[col("t", "AlbumId")],
+                        having=having, question="Which albums have more than 25 tracks?")
+    assert added == ["Album.Title for t.AlbumId"]
+    assert sql.startswith("SELECT Album.Title FROM Track AS t LEFT JOIN Album ON Album.AlbumId = t.AlbumId")
+    assert "GROUP BY t.AlbumId, Album.Title" in sql
+    # a customer is named by a first and a last name; the table already joined on the key is read, not joined again
+    sql, added = shaped(snapshot, demo_config, [col("i", "CustomerId"), agg("count")], table="Invoice", alias="i",
+                        rules=("names",), joins=[join("Customer", "c", col("c", "CustomerId"), col("i", "CustomerId"))],
+                        group_by=[col("i", "CustomerId")], question="How many invoices has each customer?")
+    assert added == ["c.FirstName and c.LastName for i.CustomerId"]
+    assert sql.startswith("SELECT c.FirstName, c.LastName, COUNT(*)") and sql.count("JOIN") == 1
+
+
+@pytest.mark.parametrize("select, question, role, rest", [
+    # the question asks for ids
+    ([col("t", "AlbumId")], "Which album ids have more than 25 tracks?", "analyst", {"group_by": [col("t", "AlbumId")]}),
+    # the album is shown already
+    ([col("t", "AlbumId"), col("al", "Title")], "Which albums are there?", "analyst",
+     {"joins": [join("Album", "al", col("al", "AlbumId"), col("t", "AlbumId"))]}),
+    # a key, not a foreign key
+    ([col("t", "TrackId")], "Which tracks are there?", "analyst", {}),
+    # labelled as an id by the plan
+    ([{"expr": col("t", "AlbumId"), "alias": "album_id"}], "Which albums have tracks?", "analyst", {}),
+    # Employee, which a support rep's id names, is not readable to the analyst
+    ([col("c", "SupportRepId")], "Who looks after each customer?", "analyst", {"table": "Customer", "alias": "c"}),
+])
+def test_an_id_is_kept_where_its_name_is_not_wanted_or_not_readable(snapshot: SchemaSnapshot, demo_config: Config,
+                                                                    select: list, question: str, role: str,
+                                                                    rest: dict) -> None:
+    rest = {"table": "Track", "alias": "t", **rest}
+    assert shaped(snapshot, demo_config, select, rules=("names",), question=question, role=role, **rest)[1] == []
