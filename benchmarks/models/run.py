@@ -17,7 +17,8 @@ benchmarks/models/<name>.json with the commit and the settings.
 
     .venv/bin/python benchmarks/models/run.py --base-url http://127.0.0.1:8765/v1 --model qwen2.5-coder-1.5b \
         [--suite suites/chinook.yaml | --spider N [--seed S]] [--role analyst] [--case ID ...] [--tag TAG ...] \
-        [--limit N] [--format plan|sql] [--examples N] [--answerability-check on|off] [--synthesizer on|off] \
+        [--limit N] [--format plan|sql] [--examples N] [--example-questions on|off] \
+        [--answerability-check on|off] [--synthesizer on|off] \
         [--systems engine,direct,direct_ddl] [--server-log PATH] [--engine-checkout DIR] [--name NAME]
 
 Latency per question is the time to the answer; with the engine's records, also the time to its rows (the SQL
