@@ -79,6 +79,9 @@ class DriftReport(BaseModel):
         if impact.verified_queries:
             lines += ["", "## Verified queries impacted", ""]
             lines += [f"- #{q.position} \"{q.question}\": {'; '.join(q.reasons)}" for q in impact.verified_queries]
+        if impact.example_questions:
+            lines += ["", "## Example questions impacted", ""]
+            lines += [f"- #{q.position} \"{q.question}\": {'; '.join(q.reasons)}" for q in impact.example_questions]
         if impact.policy_patterns:
             lines += ["", "## Policy patterns that match no live table", ""]
             lines += [f"- role {p.role}, {p.kind}: `{p.pattern}`" for p in impact.policy_patterns]
@@ -110,13 +113,17 @@ def check_drift(adapter: Adapter, store: StateStore, datasource: DatasourceConfi
         return DriftReport(datasource_id=ds, status="failed", build_id=live.build_id, message=str(exc))
     readable: Callable[[str], bool] = (lambda table: True) if caller is None else (
         lambda table: allows_table(caller, table))
-    queries = datasource.verified_queries
+    queries, examples = datasource.verified_queries, datasource.example_questions
     reads = [columns_read(q.sql, adapter.dialect, before) for q in queries]  # each statement parsed once
     visible = {i for i, read in enumerate(reads) if read is not None and all(readable(t) for t in read[0])}
+    example_reads = [columns_read(q.sql, adapter.dialect, before) for q in examples]
+    examples_visible = {i for i, read in enumerate(example_reads)
+                        if read is not None and all(readable(t) for t in read[0])}
     profiles = _profiles(store.entries(live.build_id))
     diff = _confirmed_renames(plan.diff, adapter, plan.snapshot, profiles, sample_rows)
     impact = Impact(
         verified_queries=[q for q in verified_impact(queries, reads, diff) if q.position in visible],
+        example_questions=[q for q in verified_impact(examples, example_reads, diff) if q.position in examples_visible],
         policy_patterns=stale_patterns(policies, ds, before, plan.snapshot) if caller is None or caller.is_admin
         else [],
         eval_cases=broken_cases(cases, diff, before, adapter.dialect, _runs(adapter), readable))

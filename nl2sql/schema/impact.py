@@ -1,5 +1,5 @@
-"""What a schema change breaks: verified queries that read a dropped or changed table or column, policy patterns
-that no longer match any live table, eval cases whose gold SQL no longer runs.
+"""What a schema change breaks: verified queries and example questions that read a dropped or changed table or
+column, policy patterns that no longer match any live table, eval cases whose gold SQL no longer runs.
 
 Names are compared without regard to case, as SQL names are. A column the SQL does not qualify is counted against
 every table the statement reads that had it, so an ambiguous reading errs towards reporting.
@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 from sqlglot import exp
 
-from nl2sql.config.models import PoliciesConfig, VerifiedQueryConfig
+from nl2sql.config.models import ExampleQuestionConfig, PoliciesConfig, VerifiedQueryConfig
 from nl2sql.datasources.guard import guard_sql, tables_read
 from nl2sql.datasources.models import SchemaSnapshot
 from nl2sql.errors import NL2SQLError
@@ -27,9 +27,10 @@ Read = tuple[list[str], set[tuple[str, str]]]
 
 
 class QueryImpact(BaseModel):
-    """A verified query the change breaks, and why."""
+    """A verified query (or an example question) the change breaks, and why."""
 
-    position: int = Field(description="Its place in the datasource's verified_queries (from 0).")
+    position: int = Field(description="Its place in the datasource's verified_queries (or example_questions), "
+                          "from 0.")
     question: str
     tables: list[str]
     reasons: list[str]
@@ -55,18 +56,19 @@ class Impact(BaseModel):
     """Everything a schema change breaks in one datasource."""
 
     verified_queries: list[QueryImpact] = Field(default_factory=list)
+    example_questions: list[QueryImpact] = Field(default_factory=list)
     policy_patterns: list[PatternImpact] = Field(default_factory=list)
     eval_cases: list[CaseImpact] = Field(default_factory=list)
 
     @property
     def empty(self) -> bool:
         """Whether nothing is impacted."""
-        return not (self.verified_queries or self.policy_patterns or self.eval_cases)
+        return not (self.verified_queries or self.example_questions or self.policy_patterns or self.eval_cases)
 
     def counts(self) -> dict[str, int]:
         """How many of each (what an event may carry)."""
-        return {"verified_queries": len(self.verified_queries), "policy_patterns": len(self.policy_patterns),
-                "eval_cases": len(self.eval_cases)}
+        return {"verified_queries": len(self.verified_queries), "example_questions": len(self.example_questions),
+                "policy_patterns": len(self.policy_patterns), "eval_cases": len(self.eval_cases)}
 
 
 def columns_read(sql: str, dialect: str, snapshot: SchemaSnapshot) -> Read | None:
@@ -90,10 +92,10 @@ def columns_read(sql: str, dialect: str, snapshot: SchemaSnapshot) -> Read | Non
     return tables, pairs
 
 
-def verified_impact(queries: Sequence[VerifiedQueryConfig], reads: Sequence[Read | None],
-                    diff: SchemaDiff) -> list[QueryImpact]:
-    """The verified queries that read a table or column the diff drops or changes, with a reason for each (`reads`:
-    each query's `columns_read`)."""
+def verified_impact(queries: Sequence[VerifiedQueryConfig] | Sequence[ExampleQuestionConfig],
+                    reads: Sequence[Read | None], diff: SchemaDiff) -> list[QueryImpact]:
+    """The verified queries (or example questions) that read a table or column the diff drops or changes, with a
+    reason for each (`reads`: each query's `columns_read`)."""
     # keyed in lower case (how statements are read), told in the diff's spelling (the table's own case)
     dropped_tables = {t.lower(): t for t in diff.removed_tables}
     renamed = {(r.table.lower(), r.before.lower()): f"{r.table}.{r.before}, which was renamed to {r.table}.{r.after}"

@@ -48,7 +48,8 @@ def test_drift_is_reported_per_datasource_and_published_once(prefect_server: Non
     [drifted] = [e for e in seen if e.name == "schema.drifted"]
     assert drifted.data == {"datasource_id": "support", "changes": {"added_columns": 1, "removed_columns": 1,
                                                                       "renamed_columns": 1},
-                            "impact": {"verified_queries": 1, "policy_patterns": 0, "eval_cases": 0},
+                            "impact": {"verified_queries": 1, "example_questions": 0, "policy_patterns": 0,
+                                       "eval_cases": 0},
                             "failed_expectations": 3}
 
     async def artifacts() -> dict[str, str]:

@@ -75,6 +75,19 @@ def test_a_renamed_column_drifts_and_names_the_verified_query_it_breaks(built, d
     assert report.diff.summary() == "1 column renamed"
 
 
+def test_a_renamed_column_names_the_example_question_it_breaks(built, demo_config: Config) -> None:
+    path, adapter, store = built("support")
+    with sqlite3.connect(path) as conn:
+        conn.execute("ALTER TABLE agents RENAME COLUMN hired_on TO started_on")
+    report = check(demo_config, adapter, store, "support", expectations=False)
+    assert report.status == "drifted"
+    [example] = report.impact.example_questions
+    assert (example.position, example.question) == (1, "Which agent was hired most recently, and on what date?")
+    assert any("agents.hired_on" in reason for reason in example.reasons)
+    assert report.event_fields()["impact"]["example_questions"] == 1  # type: ignore[index]
+    assert "## Example questions impacted" in report.markdown()
+
+
 def test_renames_and_expectations_keep_the_tables_own_spelling(built, demo_config: Config) -> None:
     path, adapter, store = built("chinook")
     with sqlite3.connect(path) as conn:
@@ -113,7 +126,8 @@ def test_a_category_value_gone_fails_its_expectation(built, demo_config: Config)
     [failed] = [e for e in report.failed_expectations if e.column == "priority"]
     assert failed.kind == "value_set" and failed.detail == "no longer holds 'urgent'"
     assert report.event_fields() == {"datasource_id": "support", "changes": {}, "impact": {
-        "verified_queries": 0, "policy_patterns": 0, "eval_cases": 0}, "failed_expectations": 1}
+        "verified_queries": 0, "example_questions": 0, "policy_patterns": 0, "eval_cases": 0},
+        "failed_expectations": 1}
 
 
 def test_a_viewer_sees_no_drift_in_tables_it_may_not_read(built, demo_config: Config) -> None:
