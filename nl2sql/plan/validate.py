@@ -348,7 +348,9 @@ class PlanValidator:
         answer is the same), joined on a column that the readable table on the other side does not have
         (`Customer T1 JOIN Address T2 ON T1.AddressId = T2.AddressId`), every other column read through it a
         column of that readable table (`T2.Country`), and a table the question does not name. Its columns are read
-        from the readable table (`INVENTED_JOIN`); any other table outside the caller's reach is refused as ever.
+        from the readable table (`INVENTED_JOIN`). So is a table named after the readable table's column it is
+        joined on, a foreign key taken for a table (`Customer T1 JOIN SupportRep T2 ON T1.SupportRepId =
+        T2.SupportRepId`). Any other table outside the caller's reach is refused as ever.
         """
         words = set(re.findall(r"[a-z]+", question.lower()))
         for j, join in reversed(list(enumerate(sub.joins))):
@@ -357,7 +359,7 @@ class PlanValidator:
             info = self.snapshot.table(join.table.table)
             if (info is not None and info in self.allowed) or len(join.on) != 1 \
                     or did_you_mean(join.table.table, [t.name for t in self.allowed]) is not None \
-                    or _name_forms(join.table.table) & words:
+                    or _name_forms(join.table.table) & words or _words_of_name_in(join.table.table, words):
                 continue
             invented = join.table.name_in_scope.lower()
             key = join.on[0]
@@ -365,7 +367,8 @@ class PlanValidator:
             if (theirs.table or "").lower() != invented or ours.table is None:
                 continue
             holder = self._readable_in(sub, ours.table)
-            if holder is None or holder[1].column(ours.column) is not None:
+            has_key = holder is not None and holder[1].column(ours.column) is not None
+            if holder is None or (has_key and not _named_after(join.table.table, ours.column)):
                 continue
             refs = [n for n in _columns_outside(sub, join) if (n.table or "").lower() == invented]
             if not all(holder[1].column(r.column) is not None for r in refs):
@@ -374,8 +377,9 @@ class PlanValidator:
                 r.table = holder[0]
             del sub.joins[j]
             read = ", ".join(dict.fromkeys(r.column for r in refs)) or "nothing"
-            self.repairs.append(PlanIssue("INVENTED_JOIN", f"The join on {ours.table}.{ours.column}, a column "
-                                          f"{holder[1].name} does not have, was dropped; {read} read from "
+            why = (f"a table named after {ours.table}.{ours.column}, which is a column" if has_key
+                   else f"{ours.table}.{ours.column}, a column {holder[1].name} does not have")
+            self.repairs.append(PlanIssue("INVENTED_JOIN", f"The join on {why}, was dropped; {read} read from "
                                           f"{holder[1].name}.", f"{path}.joins[{j}]"))
 
     def _readable_in(self, sub: m.PlanModel, alias: str) -> tuple[str, TableInfo] | None:
@@ -1234,6 +1238,19 @@ def _free_alias(name: str, frame: VisibleNames) -> str:
     while alias.lower() in taken:
         alias, n = f"{name}_{n}", n + 1
     return alias
+
+
+def _named_after(table: str, column: str) -> bool:
+    """Whether a table's name is a column's (`SupportRepId`), or the column's without its id (`SupportRep`)."""
+    name, col = table.lower().replace("_", ""), column.lower().replace("_", "")
+    return name == col or (col.endswith("id") and name == col[:-2])
+
+
+def _words_of_name_in(table: str, words: set[str]) -> bool:
+    """Whether a name of two or more words (`SupportRep`, `support_rep`) is written word by word in the question
+    ("their support reps")."""
+    parts = [p.lower() for p in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+", table)]
+    return len(parts) > 1 and all(_name_forms(p) & words for p in parts)
 
 
 def _name_forms(table: str) -> set[str]:

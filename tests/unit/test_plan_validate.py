@@ -926,6 +926,39 @@ def test_a_join_that_was_not_invented_is_refused_as_ever(case: str, data: dict, 
         validate_plan(PlanModel.model_validate(data), snapshot, scopes[role], question)
 
 
+def rep_email(table: str) -> dict:
+    """Customers joined to a table named after their support rep's key, filtered on its Email."""
+    return plan(col("c", "FirstName"), table="Customer", alias="c",
+                joins=[join(table, "r", key(col("c", "SupportRepId"), col("r", "SupportRepId")))],
+                where={"kind": "like", "expr": col("r", "Email"), "pattern": "%gmail.com"})
+
+
+@pytest.mark.parametrize("table", ["SupportRep", "SupportRepId", "support_rep"])
+def test_a_join_to_a_table_named_after_a_foreign_key_column_is_dropped(table: str, snapshot: SchemaSnapshot,
+                                                                        scopes: dict[str, Scope]) -> None:
+    validated = validate_plan(PlanModel.model_validate(rep_email(table)), snapshot, scopes["analyst"],
+                              "Which customers use a gmail address?")
+    [repair] = validated.repairs
+    assert repair.code == "INVENTED_JOIN"  # the message names the column, never the table the model wrote
+    assert repair.message == ("The join on a table named after c.SupportRepId, which is a column, was dropped; "
+                              "Email read from Customer.")
+    assert generate_sql(validated.plan, "sqlite") == ("SELECT c.FirstName FROM Customer AS c "
+                                                      "WHERE c.Email LIKE '%gmail.com'")
+
+
+@pytest.mark.parametrize("table, question", [
+    # the question names the table word by word: it asks about the reps, which the analyst may not read
+    ("SupportRep", "Which customers have support reps with a gmail address?"),
+    # a table named after no column of the join: refused as ever
+    ("Representative", "Which customers use a gmail address?"),
+])
+def test_a_table_named_by_the_question_or_after_no_column_is_refused(table: str, question: str,
+                                                                     snapshot: SchemaSnapshot,
+                                                                     scopes: dict[str, Scope]) -> None:
+    with pytest.raises(SecurityViolation):
+        validate_plan(PlanModel.model_validate(rep_email(table)), snapshot, scopes["analyst"], question)
+
+
 def test_an_invented_join_gets_the_same_answer_whether_the_table_exists_or_not(
         snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
     # Invoice exists but the viewer may not read it; Nowhere does not exist: both are dropped alike
