@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
-from nl2sql.config.models import DatasourceConfig, PoliciesConfig
+from nl2sql.config.models import DatasourceConfig, ExampleQuestionConfig, PoliciesConfig, VerifiedQueryConfig
 from nl2sql.datasources.base import Adapter
 from nl2sql.datasources.models import ColumnProfile, SchemaSnapshot
 from nl2sql.errors import NL2SQLError
@@ -24,7 +24,16 @@ from nl2sql.index.chunks import Entry
 from nl2sql.index.store import StateStore
 from nl2sql.policies import Scope
 from nl2sql.schema.expectations import Expectation, ExpectationResult, check_expectations, expectations_for
-from nl2sql.schema.impact import Impact, RunCheck, broken_cases, columns_read, stale_patterns, verified_impact
+from nl2sql.schema.impact import (
+    Impact,
+    QueryImpact,
+    Read,
+    RunCheck,
+    broken_cases,
+    columns_read,
+    stale_patterns,
+    verified_impact,
+)
 from nl2sql.schema.snapshot import SchemaDiff, table_key
 from nl2sql.verified.scope import allows_table
 
@@ -76,12 +85,11 @@ class DriftReport(BaseModel):
         if not self.diff.empty:
             lines += ["", "## Schema changes", "", *diff_lines(self.diff)]
         impact = self.impact
-        if impact.verified_queries:
-            lines += ["", "## Verified queries impacted", ""]
-            lines += [f"- #{q.position} \"{q.question}\": {'; '.join(q.reasons)}" for q in impact.verified_queries]
-        if impact.example_questions:
-            lines += ["", "## Example questions impacted", ""]
-            lines += [f"- #{q.position} \"{q.question}\": {'; '.join(q.reasons)}" for q in impact.example_questions]
+        for title, queries in (("Verified queries", impact.verified_queries),
+                               ("Example questions", impact.example_questions)):
+            if queries:
+                lines += ["", f"## {title} impacted", ""]
+                lines += [f"- #{q.position} \"{q.question}\": {'; '.join(q.reasons)}" for q in queries]
         if impact.policy_patterns:
             lines += ["", "## Policy patterns that match no live table", ""]
             lines += [f"- role {p.role}, {p.kind}: `{p.pattern}`" for p in impact.policy_patterns]
@@ -115,15 +123,19 @@ def check_drift(adapter: Adapter, store: StateStore, datasource: DatasourceConfi
         lambda table: allows_table(caller, table))
     queries, examples = datasource.verified_queries, datasource.example_questions
     reads = [columns_read(q.sql, adapter.dialect, before) for q in queries]  # each statement parsed once
-    visible = {i for i, read in enumerate(reads) if read is not None and all(readable(t) for t in read[0])}
     example_reads = [columns_read(q.sql, adapter.dialect, before) for q in examples]
-    examples_visible = {i for i, read in enumerate(example_reads)
-                        if read is not None and all(readable(t) for t in read[0])}
+
+    def visible_impact(curated: Sequence[VerifiedQueryConfig] | Sequence[ExampleQuestionConfig],
+                       read: list[Read | None]) -> list[QueryImpact]:
+        """The impacted ones whose every table the caller may read."""
+        shown = {i for i, r in enumerate(read) if r is not None and all(readable(t) for t in r[0])}
+        return [q for q in verified_impact(curated, read, diff) if q.position in shown]
+
     profiles = _profiles(store.entries(live.build_id))
     diff = _confirmed_renames(plan.diff, adapter, plan.snapshot, profiles, sample_rows)
     impact = Impact(
-        verified_queries=[q for q in verified_impact(queries, reads, diff) if q.position in visible],
-        example_questions=[q for q in verified_impact(examples, example_reads, diff) if q.position in examples_visible],
+        verified_queries=visible_impact(queries, reads),
+        example_questions=visible_impact(examples, example_reads),
         policy_patterns=stale_patterns(policies, ds, before, plan.snapshot) if caller is None or caller.is_admin
         else [],
         eval_cases=broken_cases(cases, diff, before, adapter.dialect, _runs(adapter), readable))

@@ -130,7 +130,7 @@ def _names_for_ids(plan: m.PlanModel, tables: Mapping[str, TableInfo], readable:
                 for item in plan.select for n in _nodes(item.expr))):
             continue
         if alias is None:
-            alias = _free_table_alias(parent.name, plan)
+            alias = _unused(parent.name, {t.name_in_scope for t in plan.tables()})
             table = m.TableRef(table=parent.name, alias=None if alias == parent.name else alias)
             plan.joins.append(m.Join(type="left", table=table, on=[m.JoinKey(
                 left=m.ColumnRef(table=alias, column=parent.primary_key[0]), right=ref.model_copy(deep=True))]))
@@ -170,14 +170,6 @@ def _joined_parent(plan: m.PlanModel, ref: m.ColumnRef, parent: TableInfo) -> st
                         and [far.column.lower()] == [c.lower() for c in parent.primary_key]:
                     return join.table.name_in_scope
     return None
-
-
-def _free_table_alias(name: str, plan: m.PlanModel) -> str:
-    taken = {t.name_in_scope.lower() for t in plan.tables()}
-    candidate, n = name, 2
-    while candidate.lower() in taken:
-        candidate, n = f"{name}_{n}", n + 1
-    return candidate
 
 
 def _repeated_by_a_join(plan: m.PlanModel, tables: Mapping[str, TableInfo]) -> bool:
@@ -407,8 +399,13 @@ def _snake(name: str) -> str:
 
 
 def _free_alias(alias: str, plan: m.PlanModel) -> str:
-    taken = {(item.alias or "").lower() for item in plan.select}
-    candidate, n = alias, 2
-    while candidate.lower() in taken:
-        candidate, n = f"{alias}_{n}", n + 1
+    return _unused(alias, {item.alias or "" for item in plan.select})
+
+
+def _unused(name: str, taken: set[str]) -> str:
+    """`name`, or `name_2`, `name_3`, … : the first that is not taken (compared without case)."""
+    lowered = {t.lower() for t in taken}
+    candidate, n = name, 2
+    while candidate.lower() in lowered:
+        candidate, n = f"{name}_{n}", n + 1
     return candidate

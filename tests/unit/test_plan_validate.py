@@ -885,16 +885,22 @@ def invented_address(on: dict) -> dict:
                 joins=[join("Address", "a", on)], where=cmp(col("a", "Country"), "=", lit("Brazil")))
 
 
+def assert_join_dropped(data: dict, question: str, message: str, sql: str, snapshot: SchemaSnapshot,
+                        caller: Scope) -> None:
+    """The plan validates with one INVENTED_JOIN repair, saying `message`, and renders as `sql`."""
+    validated = validate_plan(PlanModel.model_validate(data), snapshot, caller, question)
+    [repair] = validated.repairs
+    assert repair.code == "INVENTED_JOIN"  # the message names an alias or a column, never the table the model wrote
+    assert repair.message == message
+    assert generate_sql(validated.plan, "sqlite") == sql
+
+
 def test_a_join_to_an_invented_table_on_a_column_the_readable_table_lacks_is_dropped(
         snapshot: SchemaSnapshot, scopes: dict[str, Scope]) -> None:
     data = invented_address(key(col("c", "AddressId"), col("a", "AddressId")))
-    validated = validate_plan(PlanModel.model_validate(data), snapshot, scopes["analyst"], BRAZIL)
-    [repair] = validated.repairs
-    assert repair.code == "INVENTED_JOIN"  # the message names its alias, never the table the model wrote
-    assert repair.message == ("The join on c.AddressId, a column Customer does not have, was dropped; City, "
-                              "Country read from Customer.")
-    assert generate_sql(validated.plan, "sqlite") == ("SELECT c.FirstName, c.City FROM Customer AS c "
-                                                      "WHERE c.Country = 'Brazil'")
+    assert_join_dropped(data, BRAZIL, "The join on c.AddressId, a column Customer does not have, was dropped; City, "
+                        "Country read from Customer.", "SELECT c.FirstName, c.City FROM Customer AS c "
+                        "WHERE c.Country = 'Brazil'", snapshot, scopes["analyst"])
     # without the question (a verified, cached or gold plan) nothing is dropped: refused as ever
     with pytest.raises(SecurityViolation):
         validate_plan(PlanModel.model_validate(data), snapshot, scopes["analyst"])
@@ -936,14 +942,10 @@ def rep_email(table: str) -> dict:
 @pytest.mark.parametrize("table", ["SupportRep", "SupportRepId", "support_rep"])
 def test_a_join_to_a_table_named_after_a_foreign_key_column_is_dropped(table: str, snapshot: SchemaSnapshot,
                                                                         scopes: dict[str, Scope]) -> None:
-    validated = validate_plan(PlanModel.model_validate(rep_email(table)), snapshot, scopes["analyst"],
-                              "Which customers use a gmail address?")
-    [repair] = validated.repairs
-    assert repair.code == "INVENTED_JOIN"  # the message names the column, never the table the model wrote
-    assert repair.message == ("The join on a table named after c.SupportRepId, which is a column, was dropped; "
-                              "Email read from Customer.")
-    assert generate_sql(validated.plan, "sqlite") == ("SELECT c.FirstName FROM Customer AS c "
-                                                      "WHERE c.Email LIKE '%gmail.com'")
+    assert_join_dropped(rep_email(table), "Which customers use a gmail address?",
+                        "The join on a table named after c.SupportRepId, which is a column, was dropped; "
+                        "Email read from Customer.", "SELECT c.FirstName FROM Customer AS c "
+                        "WHERE c.Email LIKE '%gmail.com'", snapshot, scopes["analyst"])
 
 
 @pytest.mark.parametrize("table, question", [
